@@ -1,0 +1,19 @@
+"""One module per CLI sub-command; each exposes ``register(subparsers)``.
+
+A command module sets ``handler`` on its parser with ``set_defaults(handler=...)``; the handler takes
+the parsed namespace and returns the process exit code.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from types import ModuleType
+
+# Import order is the order in `roundhouse --help`.
+COMMAND_MODULES: tuple[str, ...] = (
+    "roundhouse.commands.schemas",
+)
+
+
+def load_commands() -> list[ModuleType]:
+    return [import_module(name) for name in COMMAND_MODULES]

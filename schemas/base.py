@@ -1,0 +1,46 @@
+"""The common shape of every wire model: strict, frozen, versioned.
+
+Every event carries ``event_id`` (a uuid, also used as the JetStream ``Nats-Msg-Id`` so a retried
+publish is stored once), ``ts`` (seconds since the Unix epoch, as a float: cheap to produce and to
+compare) and ``schema_version`` so a consumer can refuse a message from a newer, incompatible writer.
+Commands additionally carry the fencing ``epoch`` of the scheduler leader that issued them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+"""Bumped on any incompatible change of a wire model."""
+
+
+def _now() -> float:
+    return time.time()
+
+
+class WireModel(BaseModel):
+    """Base of every model that crosses a process boundary.
+
+    Unknown fields are rejected (a typo in a job spec must not be silently ignored) and instances
+    are immutable, so a model can be shared between tasks without defensive copies.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False)
+
+
+class Event(WireModel):
+    """A fact or command published on the bus."""
+
+    event_id: uuid.UUID = Field(default_factory=uuid.uuid4, description="Unique id; the dedup key.")
+    ts: float = Field(default_factory=_now, ge=0, description="Seconds since the Unix epoch.")
+    schema_version: Literal[1] = Field(default=1, description="Wire schema version (SCHEMA_VERSION).")
+
+
+class Command(Event):
+    """An event that tells someone to act; it carries the issuing leader's fencing epoch."""
+
+    epoch: int = Field(ge=0, description="Scheduler leadership term; receivers refuse older epochs.")

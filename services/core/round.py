@@ -1,0 +1,68 @@
+"""One scheduling round as a pure function: admit -> rank -> place -> plan diff."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from services.core.decisions import Admission, Placement, Plan, Ranking
+from services.core.protocols import AdmissionPolicy, PlacementPolicy, SchedulingPolicy
+from services.core.state import ClusterState, JobState
+
+
+@dataclass(frozen=True, slots=True)
+class RoundResult:
+    admission: Admission
+    ranking: Ranking
+    placement: Placement
+    plan: Plan
+
+
+def diff_plan(placement: Placement, ranking: Ranking, jobs: Mapping[str, JobState]) -> Plan:
+    """Turn a target allocation into the changes to make.
+
+    A running job absent from the target, or present with other GPUs, is suspended; a job in the
+    target that does not already hold exactly those GPUs is launched. Jobs to terminate are never
+    launched.
+    """
+    terminate = dict(ranking.terminate)
+    suspend: list[str] = []
+    launch: dict[str, tuple[int, ...]] = {}
+    for job_id, job in jobs.items():
+        if job.is_running and job_id not in terminate:
+            target = placement.allocation.get(job_id)
+            if target is None or tuple(sorted(target)) != tuple(sorted(job.gpus)):
+                suspend.append(job_id)
+    for job_id, gpus in placement.allocation.items():
+        if job_id in terminate:
+            continue
+        job = jobs[job_id]
+        if not job.is_running or tuple(sorted(gpus)) != tuple(sorted(job.gpus)):
+            launch[job_id] = tuple(gpus)
+    return Plan(launch=launch, suspend=tuple(suspend), terminate=terminate)
+
+
+def run_round(
+    *,
+    admission: AdmissionPolicy,
+    scheduling: SchedulingPolicy,
+    placement: PlacementPolicy,
+    offered: Sequence[JobState],
+    jobs: Mapping[str, JobState],
+    cluster: ClusterState,
+    now: float,
+) -> RoundResult:
+    """Run one round on a snapshot. ``jobs`` holds the admitted, unfinished jobs.
+
+    Jobs accepted this round join the ranked set as waiting jobs; the caller applies the resulting
+    plan (and the admission verdicts) to its own state afterwards.
+    """
+    verdict = admission.admit(offered, jobs, cluster, now)
+    if verdict.accepted:
+        by_id = {j.job_id: j for j in offered}
+        candidates: Mapping[str, JobState] = {**jobs, **{i: by_id[i] for i in verdict.accepted}}
+    else:
+        candidates = jobs
+    ranking = scheduling.rank(candidates, cluster, now)
+    target = placement.place(ranking, candidates, cluster, now)
+    return RoundResult(verdict, ranking, target, diff_plan(target, ranking, candidates))
