@@ -1,0 +1,438 @@
+"""A thin typed layer over nats-py: every subject has one model, and every message is validated.
+
+* ``publish`` encodes a schema model; lifecycle subjects (``SubjectSpec.durable``) go to JetStream
+  with ``Nats-Msg-Id = event_id``, so a publish retried after a timeout (which may still have been
+  stored) is stored once.
+* ``subscribe`` decodes and validates before the handler runs; a malformed message is logged with its
+  reason, counted and dropped, and the subscription keeps going.
+* ``request`` / ``serve`` do typed request-reply; a handler's failure travels back as an error header,
+  so the caller gets a clear :class:`RemoteError` instead of a time-out.
+* ``consume`` runs a durable pull consumer that acks only after the handler returned (the handler
+  commits its own state first) and dead-letters what can never be processed (see ``consumer.py``).
+* ``kv`` opens a bucket with compare-and-set and watchers that survive a broker restart (``kv.py``).
+
+An optional ``namespace`` prefixes every subject, stream and bucket, so several Roundhouse clusters
+(or several tests) can share one NATS deployment without seeing each other's traffic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
+from pydantic import ValidationError
+from schemas.codec import MalformedMessageError, decode, encode
+from schemas.subjects import SubjectSpec, durable_patterns, spec_for
+
+from schemas.base import Event, WireModel
+from services.runtime.consumer import ConsumerOptions, DurableConsumer
+from services.runtime.kv import KVBucket
+
+log = logging.getLogger("roundhouse.bus")
+
+E = TypeVar("E", bound=Event)
+R = TypeVar("R", bound=WireModel)
+Handler = Callable[[E], Awaitable[None]]
+ReplyHandler = Callable[[E], Awaitable[R]]
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+ERROR_HEADER = "Roundhouse-Error"
+DEAD_LETTER_PREFIX = "deadletter"
+_NAMESPACE = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+
+class BusError(RuntimeError):
+    """Base of the bus's own errors."""
+
+
+class WrongModelError(BusError, TypeError):
+    """A model was published on, or expected from, a subject that carries another model."""
+
+
+class PublishError(BusError):
+    """A durable publish was not acknowledged by JetStream after every retry."""
+
+
+class RemoteError(BusError):
+    """The replying side of a request failed; the message is its reason."""
+
+
+@dataclass(slots=True)
+class BusStats:
+    published: int = 0
+    received: int = 0
+    malformed: int = 0
+    handler_errors: int = 0
+    publish_retries: int = 0
+    reconnects: int = 0
+    by_subject_malformed: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "published": self.published,
+            "received": self.received,
+            "malformed": self.malformed,
+            "handler_errors": self.handler_errors,
+            "publish_retries": self.publish_retries,
+            "reconnects": self.reconnects,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BusOptions:
+    namespace: str = ""
+    """Prefix for subjects, streams and buckets ('' = none)."""
+    publish_timeout_s: float = 2.0
+    publish_attempts: int = 5
+    """Durable publishes retry this often (same Nats-Msg-Id, so never stored twice)."""
+    stream_max_age_s: float = 7 * 24 * 3600
+    duplicate_window_s: float = 120.0
+    """JetStream keeps message ids this long for dedup; retries must land within it."""
+    stream_replicas: int = 1
+    reconnect_wait_s: float = 0.25
+
+
+class Bus:
+    """Typed publish/subscribe, request-reply, durable consumers and KV over one NATS connection."""
+
+    def __init__(self, nc: NatsClient, options: BusOptions) -> None:
+        if options.namespace and not _NAMESPACE.match(options.namespace):
+            raise ValueError(f"namespace {options.namespace!r} must match {_NAMESPACE.pattern}")
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream(timeout=options.publish_timeout_s)
+        self.options = options
+        self.stats = BusStats()
+        self._prefix = f"{options.namespace}." if options.namespace else ""
+        self._spec_cache: dict[str, SubjectSpec] = {}
+        self._consumers: list[DurableConsumer[Any]] = []
+        self._buckets: list[KVBucket] = []
+        self._reconnect_listeners: list[Callable[[], Awaitable[None]]] = []
+
+    # --- connection -------------------------------------------------------------------------
+    @classmethod
+    async def connect(
+        cls,
+        servers: str | list[str],
+        *,
+        name: str = "roundhouse",
+        options: BusOptions | None = None,
+        provision: bool = True,
+    ) -> Bus:
+        """Connect (reconnecting forever on loss) and, unless told not to, provision the stream."""
+        options = options or BusOptions()
+        holder: list[Bus] = []
+
+        async def on_disconnected() -> None:
+            log.warning("bus disconnected", extra={"service": name})
+
+        async def on_reconnected() -> None:
+            if holder:
+                await holder[0]._on_reconnected()
+
+        async def on_error(exc: Exception) -> None:
+            log.warning("bus error: %s", exc, extra={"service": name})
+
+        nc = await nats.connect(
+            servers,
+            name=name,
+            allow_reconnect=True,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=options.reconnect_wait_s,  # type: ignore[arg-type]  # float works
+            disconnected_cb=on_disconnected,
+            reconnected_cb=on_reconnected,
+            error_cb=on_error,
+        )
+        bus = cls(nc, options)
+        holder.append(bus)
+        if provision:
+            await bus.provision()
+        return bus
+
+    async def close(self) -> None:
+        """Stop consumers and watchers, flush what was published, close the connection."""
+        for consumer in self._consumers:
+            await consumer.stop()
+        for bucket in self._buckets:
+            await bucket.stop_watchers()
+        if not self.nc.is_closed:
+            try:
+                await self.nc.drain()
+            except (nats.errors.ConnectionClosedError, nats.errors.FlushTimeoutError, TimeoutError):
+                await self.nc.close()
+
+    def on_reconnect(self, listener: Callable[[], Awaitable[None]]) -> None:
+        self._reconnect_listeners.append(listener)
+
+    async def _on_reconnected(self) -> None:
+        self.stats.reconnects += 1
+        log.info("bus reconnected to %s", self.nc.connected_url)
+        for listener in list(self._reconnect_listeners):
+            try:
+                await listener()
+            except Exception:
+                log.exception("reconnect listener failed")
+
+    # --- naming ------------------------------------------------------------------------------
+    def wire(self, subject: str) -> str:
+        """The subject as it travels (with the namespace prefix)."""
+        return self._prefix + subject
+
+    def unwire(self, wire_subject: str) -> str:
+        return wire_subject[len(self._prefix) :] if self._prefix else wire_subject
+
+    def name(self, base: str) -> str:
+        """A stream, consumer or bucket name in this namespace (NATS names allow [A-Za-z0-9_-])."""
+        return f"{self.options.namespace}_{base}" if self.options.namespace else base
+
+    @property
+    def stream_name(self) -> str:
+        return self.name("RH_EVENTS")
+
+    def spec(self, subject: str) -> SubjectSpec:
+        cached = self._spec_cache.get(subject)
+        if cached is None:
+            cached = self._spec_cache[subject] = spec_for(subject)
+        return cached
+
+    def _check_model(self, subject: str, model: type[WireModel]) -> SubjectSpec:
+        spec = self.spec(subject)
+        if not issubclass(model, spec.model):
+            raise WrongModelError(f"subject {subject!r} carries {spec.model.__name__}, not {model.__name__}")
+        return spec
+
+    # --- JetStream provisioning -----------------------------------------------------------
+    async def provision(self) -> None:
+        """Create or update the lifecycle stream (idempotent; safe for every service to call)."""
+        subjects = [self.wire(p) for p in durable_patterns()]
+        subjects.append(self.wire(f"{DEAD_LETTER_PREFIX}.>"))
+        config = StreamConfig(
+            name=self.stream_name,
+            subjects=subjects,
+            storage=StorageType.FILE,
+            retention=RetentionPolicy.LIMITS,
+            discard=DiscardPolicy.OLD,
+            max_age=self.options.stream_max_age_s,
+            duplicate_window=self.options.duplicate_window_s,
+            num_replicas=self.options.stream_replicas,
+        )
+        try:
+            await self.js.add_stream(config)
+        except nats.js.errors.BadRequestError:
+            # Exists with another config (e.g. an older subject list): converge to ours.
+            await self.js.update_stream(config)
+
+    # --- publish ----------------------------------------------------------------------------
+    async def publish(self, subject: str, event: Event) -> None:
+        """Publish ``event`` on ``subject``; durable subjects wait for JetStream's ack."""
+        spec = self._check_model(subject, type(event))
+        data = encode(event)
+        if spec.durable:
+            await self._publish_durable(subject, data, str(event.event_id))
+        else:
+            await self.nc.publish(self.wire(subject), data)
+        self.stats.published += 1
+
+    async def _publish_durable(self, subject: str, data: bytes, msg_id: str) -> None:
+        headers = {MSG_ID_HEADER: msg_id}
+        delay = 0.05
+        last_error: Exception | None = None
+        for attempt in range(self.options.publish_attempts):
+            try:
+                await self.js.publish(self.wire(subject), data, headers=headers)
+                return
+            except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError,
+                    nats.errors.ConnectionReconnectingError, nats.errors.OutboundBufferLimitError) as exc:
+                # The ack may have been lost while the message was stored: the retry carries the
+                # same Nats-Msg-Id, so JetStream drops it as a duplicate instead of storing it twice.
+                last_error = exc
+                self.stats.publish_retries += 1
+                log.warning("durable publish on %s failed (attempt %d): %r", subject, attempt + 1, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        raise PublishError(
+            f"no JetStream ack for {subject} after {self.options.publish_attempts} attempts: {last_error!r}"
+        )
+
+    async def publish_many(self, subject: str, events: list[Event]) -> None:
+        """Publish a batch, pipelining JetStream acks (much faster than one awaited ack at a time)."""
+        spec = self._check_model(subject, type(events[0])) if events else None
+        if spec is None:
+            return
+        if not spec.durable:
+            wire = self.wire(subject)
+            for event in events:
+                await self.nc.publish(wire, encode(event))
+            self.stats.published += len(events)
+            return
+        futures = [
+            (event, await self.js.publish_async(
+                self.wire(subject), encode(event), headers={MSG_ID_HEADER: str(event.event_id)}
+            ))
+            for event in events
+        ]  # fmt: skip
+        for event, future in futures:
+            try:
+                await asyncio.wait_for(future, self.options.publish_timeout_s)
+            except (TimeoutError, nats.errors.TimeoutError):
+                await self._publish_durable(subject, encode(event), str(event.event_id))
+        self.stats.published += len(events)
+
+    # --- subscribe ----------------------------------------------------------------------------
+    async def subscribe(
+        self,
+        subject: str,
+        model: type[E],
+        handler: Handler[E],
+        *,
+        queue: str | None = None,
+    ) -> Subscription:
+        """Core (non-durable) subscription; ``subject`` may be a pattern such as ``metrics.job.*``.
+
+        With ``queue`` the messages are shared among the group's members (scale-out).
+        """
+        self._check_model(subject, model)
+
+        async def on_message(msg: Msg) -> None:
+            event = self._decode(msg)
+            if event is None:
+                return
+            self.stats.received += 1
+            try:
+                await handler(event)  # type: ignore[arg-type]  # decode checked the model
+            except Exception:
+                self.stats.handler_errors += 1
+                log.exception("handler for %s failed", msg.subject)
+
+        return await self.nc.subscribe(self.wire(subject), queue=queue or "", cb=on_message)
+
+    def _decode(self, msg: Msg) -> Event | None:
+        subject = self.unwire(msg.subject)
+        try:
+            return decode(subject, msg.data)
+        except MalformedMessageError as exc:
+            self._count_malformed(subject)
+            log.warning("dropped malformed message: %s", exc)
+            return None
+
+    def _count_malformed(self, subject: str) -> None:
+        self.stats.malformed += 1
+        self.stats.by_subject_malformed[subject] = self.stats.by_subject_malformed.get(subject, 0) + 1
+
+    # --- request / reply ----------------------------------------------------------------------
+    async def request(self, subject: str, event: Event, reply: type[R], *, timeout_s: float = 2.0) -> R:
+        """Send ``event`` and return the validated reply, which must be of model ``reply``."""
+        spec = self._check_model(subject, type(event))
+        if spec.reply_model is None or not issubclass(spec.reply_model, reply):
+            raise WrongModelError(f"subject {subject!r} does not reply with {reply.__name__}")
+        msg = await self.nc.request(self.wire(subject), encode(event), timeout=timeout_s)
+        if msg.headers and ERROR_HEADER in msg.headers:
+            raise RemoteError(f"{subject}: {msg.headers[ERROR_HEADER]}")
+        try:
+            return reply.model_validate_json(msg.data)
+        except ValidationError as exc:
+            raise MalformedMessageError(f"reply on {subject}: {exc}") from exc
+
+    async def serve(
+        self,
+        subject: str,
+        model: type[E],
+        handler: ReplyHandler[E, R],
+        *,
+        queue: str | None = None,
+    ) -> Subscription:
+        """Answer requests on ``subject``; malformed requests and handler errors are answered too."""
+        spec = self._check_model(subject, model)
+        if spec.reply_model is None:
+            raise WrongModelError(f"subject {subject!r} is not a request-reply subject")
+        reply_model = spec.reply_model
+
+        async def on_request(msg: Msg) -> None:
+            subject_name = self.unwire(msg.subject)
+            try:
+                event = decode(subject_name, msg.data)
+            except MalformedMessageError as exc:
+                self._count_malformed(subject_name)
+                log.warning("rejected malformed request: %s", exc)
+                await self._reply_error(msg, f"malformed request: {exc}")
+                return
+            self.stats.received += 1
+            try:
+                reply = await handler(event)  # type: ignore[arg-type]  # decode checked the model
+            except Exception as exc:
+                self.stats.handler_errors += 1
+                log.exception("request handler for %s failed", msg.subject)
+                await self._reply_error(msg, f"{type(exc).__name__}: {exc}")
+                return
+            if not isinstance(reply, reply_model):
+                await self._reply_error(msg, f"handler returned {type(reply).__name__}")
+                return
+            if msg.reply:
+                await self.nc.publish(msg.reply, encode(reply))
+
+        return await self.nc.subscribe(self.wire(subject), queue=queue or "", cb=on_request)
+
+    async def _reply_error(self, msg: Msg, reason: str) -> None:
+        if msg.reply:
+            # Header values are one line; keep them short and printable.
+            clean = " ".join(reason.split())[:1000]
+            await self.nc.publish(msg.reply, b"", headers={ERROR_HEADER: clean})
+
+    # --- durable consumers --------------------------------------------------------------------
+    async def consume(
+        self,
+        subject: str,
+        model: type[E],
+        handler: Handler[E],
+        *,
+        durable: str,
+        options: ConsumerOptions | None = None,
+    ) -> DurableConsumer[E]:
+        """Start a durable pull consumer on a lifecycle subject (or pattern).
+
+        The handler runs once per message in stream order; the message is acked only after the handler
+        returned, so a crash before that redelivers it. Handlers must therefore be idempotent (use the
+        store's applied-event ids). A message that fails to decode is dead-lettered, never retried.
+        """
+        spec = self._check_model(subject, model)
+        if not spec.durable:
+            raise WrongModelError(f"subject {subject!r} is not durable; use subscribe()")
+        consumer: DurableConsumer[E] = DurableConsumer(
+            bus=self,
+            subject=subject,
+            durable=self.name(durable),
+            handler=handler,
+            options=options or ConsumerOptions(),
+        )
+        await consumer.start()
+        self._consumers.append(consumer)
+        return consumer
+
+    async def dead_letter(self, consumer: str, msg: Msg, reason: str) -> None:
+        """Keep an unprocessable message for inspection on ``deadletter.<consumer>``."""
+        headers = {
+            "Roundhouse-Reason": " ".join(reason.split())[:1000],
+            "Roundhouse-Subject": msg.subject,
+        }
+        try:
+            await self.js.publish(self.wire(f"{DEAD_LETTER_PREFIX}.{consumer}"), msg.data, headers=headers)
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+            log.error("could not dead-letter a message from %s: %r", msg.subject, exc)
+
+    # --- key-value -----------------------------------------------------------------------------
+    async def kv(self, bucket: str, *, history: int = 1, ttl_s: float | None = None) -> KVBucket:
+        """Open (creating if needed) a KV bucket in this namespace."""
+        kv = await KVBucket.open(self, self.name(bucket), history=history, ttl_s=ttl_s)
+        self._buckets.append(kv)
+        return kv
