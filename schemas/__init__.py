@@ -1,0 +1,105 @@
+"""Roundhouse's wire contract: a pydantic v2 model for every event, and the subject each one uses.
+
+Import models from here (``from schemas import JobArrived, LeaseGrant``); the submodules are named
+after their concept (:mod:`schemas.jobs`, :mod:`schemas.leases`, ...). :mod:`schemas.subjects` maps
+subjects to models and :mod:`schemas.codec` encodes and decodes messages.
+"""
+
+from __future__ import annotations
+
+from schemas.base import SCHEMA_VERSION, Command, Event, WireModel
+from schemas.codec import (
+    FieldError,
+    MalformedMessageError,
+    UnsupportedSchemaVersionError,
+    decode,
+    decode_reply,
+    encode,
+)
+from schemas.ids import JobId, LeaseId, NodeId
+from schemas.job import JobClass, JobName, JobSpec, UserName
+from schemas.jobs import (
+    CompletionReason,
+    FailureReason,
+    JobAccepted,
+    JobArrived,
+    JobCancel,
+    JobCompleted,
+    JobFailed,
+    JobHeld,
+    JobRejected,
+    JobStarted,
+    JobSuspended,
+    SuspendReason,
+)
+from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason, WorldInfo
+from schemas.metrics import GpuSample, JobMetrics, NodeMetrics
+from schemas.nodes import GpuInventory, GpuLink, HeldLease, LeaseState, NodeHeartbeat, NodeRegister
+from schemas.rounds import NodeGpus, PlacementPlan, RoundTrigger, ScheduleRound
+from schemas.subjects import (
+    SUBJECTS,
+    InvalidSubjectTokenError,
+    SubjectSpec,
+    UnknownSubjectError,
+    model_for,
+    spec_for,
+    subject_for,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SUBJECTS",
+    "Command",
+    "CompletionReason",
+    "Event",
+    "FailureReason",
+    "FieldError",
+    "GpuInventory",
+    "GpuLink",
+    "GpuSample",
+    "HeldLease",
+    "InvalidSubjectTokenError",
+    "JobAccepted",
+    "JobArrived",
+    "JobCancel",
+    "JobClass",
+    "JobCompleted",
+    "JobFailed",
+    "JobHeld",
+    "JobId",
+    "JobMetrics",
+    "JobName",
+    "JobRejected",
+    "JobSpec",
+    "JobStarted",
+    "JobSuspended",
+    "LeaseAck",
+    "LeaseAckError",
+    "LeaseGrant",
+    "LeaseId",
+    "LeaseRevoke",
+    "LeaseState",
+    "MalformedMessageError",
+    "NodeGpus",
+    "NodeHeartbeat",
+    "NodeId",
+    "NodeMetrics",
+    "NodeRegister",
+    "PlacementPlan",
+    "RevokeReason",
+    "RoundTrigger",
+    "ScheduleRound",
+    "SubjectSpec",
+    "SuspendReason",
+    "UnknownSubjectError",
+    "UnsupportedSchemaVersionError",
+    "UserName",
+    "WireModel",
+    "WorldInfo",
+    "decode",
+    "decode_reply",
+    "encode",
+    "model_for",
+    "spec_for",
+    "subject_for",
+]

@@ -4,18 +4,24 @@ Every event carries ``event_id`` (a uuid, also used as the JetStream ``Nats-Msg-
 publish is stored once), ``ts`` (seconds since the Unix epoch, as a float: cheap to produce and to
 compare) and ``schema_version`` so a consumer can refuse a message from a newer, incompatible writer.
 Commands additionally carry the fencing ``epoch`` of the scheduler leader that issued them.
+
+Floats reject NaN and infinities everywhere (``allow_inf_nan=False``): no field of a wire model has a
+meaning for them, and a NaN would poison every comparison a policy makes.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 """Bumped on any incompatible change of a wire model."""
+
+MAX_TS: Final = 4_102_444_800.0
+"""2100-01-01 in seconds: a larger ``ts`` is almost surely milliseconds sent by mistake."""
 
 
 def _now() -> float:
@@ -29,18 +35,25 @@ class WireModel(BaseModel):
     are immutable, so a model can be shared between tasks without defensive copies.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False, allow_inf_nan=False)
 
 
 class Event(WireModel):
     """A fact or command published on the bus."""
 
     event_id: uuid.UUID = Field(default_factory=uuid.uuid4, description="Unique id; the dedup key.")
-    ts: float = Field(default_factory=_now, ge=0, description="Seconds since the Unix epoch.")
+    ts: float = Field(
+        default_factory=_now,
+        ge=0,
+        le=MAX_TS,
+        description="Seconds since the Unix epoch, when it was created.",
+    )
     schema_version: Literal[1] = Field(default=1, description="Wire schema version (SCHEMA_VERSION).")
 
 
 class Command(Event):
     """An event that tells someone to act; it carries the issuing leader's fencing epoch."""
 
-    epoch: int = Field(ge=0, description="Scheduler leadership term; receivers refuse older epochs.")
+    epoch: int = Field(
+        ge=0, le=2**53, description="Scheduler leadership term; receivers refuse older epochs."
+    )

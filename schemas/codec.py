@@ -1,0 +1,166 @@
+"""Encode and decode wire messages: pure functions, no I/O, testable without NATS.
+
+``encode`` writes a model as compact JSON bytes; ``decode`` turns the bytes received on a subject
+into that subject's model (see :mod:`schemas.subjects`). Anything wrong with a message — not JSON,
+a field that breaks a rule, an unknown field, a payload id that does not match the subject's token,
+a ``schema_version`` newer than this code — raises :class:`MalformedMessageError`, whose message
+names the subject, the field and the rule. The bus logs it and drops (terminates) the message:
+retrying a malformed message can never succeed.
+
+Decoding uses ``Model.model_validate_json``, which parses and validates in one pass inside
+pydantic-core (no intermediate ``dict``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from schemas.base import SCHEMA_VERSION, Event, WireModel
+from schemas.subjects import SubjectSpec, spec_for
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "FieldError",
+    "MalformedMessageError",
+    "UnsupportedSchemaVersionError",
+    "decode",
+    "decode_as",
+    "decode_reply",
+    "encode",
+]
+
+MAX_MESSAGE_BYTES: Final = 8 * 1024 * 1024
+"""Largest payload decoded. NATS's own ``max_payload`` (1 MiB by default) usually binds first."""
+_MAX_LISTED_ERRORS: Final = 8
+
+M = TypeVar("M", bound=WireModel)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    """One broken rule: the field's dotted path (``spec.command.0``), the rule and pydantic's text."""
+
+    field: str
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.rule} ({self.message})"
+
+
+class MalformedMessageError(ValueError):
+    """A message that cannot be decoded into its subject's model. Never worth a retry."""
+
+    def __init__(self, subject: str, model: str, errors: Sequence[FieldError]) -> None:
+        self.subject = subject
+        self.model = model
+        self.errors: tuple[FieldError, ...] = tuple(errors)
+        listed = "; ".join(map(str, self.errors[:_MAX_LISTED_ERRORS]))
+        more = len(self.errors) - _MAX_LISTED_ERRORS
+        if more > 0:
+            listed += f"; and {more} more"
+        super().__init__(f"malformed {model} on subject {subject!r}: {listed}")
+
+
+class UnsupportedSchemaVersionError(MalformedMessageError):
+    """A message written by a newer Roundhouse (``schema_version`` above :data:`SCHEMA_VERSION`)."""
+
+    def __init__(self, subject: str, model: str, version: int) -> None:
+        self.version = version
+        rule = FieldError(
+            "schema_version",
+            "unsupported_schema_version",
+            f"version {version} is newer than the {SCHEMA_VERSION} this process supports; "
+            "upgrade roundhouse here, or make the publisher write the older version",
+        )
+        super().__init__(subject, model, [rule])
+
+
+def encode(event: WireModel) -> bytes:
+    """The compact JSON bytes of ``event`` (what ``model_dump_json()`` writes, without a str copy)."""
+    return event.__pydantic_serializer__.to_json(event)
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    return ".".join(map(str, loc)) if loc else "(message)"
+
+
+def _field_errors(details: list[ErrorDetails]) -> list[FieldError]:
+    return [FieldError(_field(d["loc"]), d["type"], d["msg"]) for d in details]
+
+
+def _newer_version(details: list[ErrorDetails]) -> int | None:
+    for d in details:
+        if d["loc"] == ("schema_version",):
+            given = d.get("input")
+            if isinstance(given, int) and not isinstance(given, bool) and given > SCHEMA_VERSION:
+                return given
+    return None
+
+
+def decode_as(model: type[M], data: bytes, *, subject: str = "") -> M:
+    """Validate ``data`` as ``model``; ``subject`` only labels the error. See :func:`decode`."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise MalformedMessageError(
+            subject,
+            model.__name__,
+            [FieldError("(message)", "message_too_large", f"{len(data)} bytes; at most {MAX_MESSAGE_BYTES}")],
+        )
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        details = exc.errors(include_url=False)
+        version = _newer_version(details)
+        if version is not None:
+            raise UnsupportedSchemaVersionError(subject, model.__name__, version) from None
+        raise MalformedMessageError(subject, model.__name__, _field_errors(details)) from None
+
+
+def _check_token(spec: SubjectSpec, subject: str, event: Event) -> None:
+    if spec.token_field is None:
+        return
+    index = spec.pattern.split(".").index("*")
+    token = subject.split(".")[index]
+    value = getattr(event, spec.token_field)
+    if value != token:
+        raise MalformedMessageError(
+            subject,
+            spec.model.__name__,
+            [
+                FieldError(
+                    spec.token_field,
+                    "subject_token_mismatch",
+                    f"payload has {value!r} but the subject names {token!r}",
+                )
+            ],
+        )
+
+
+def decode(subject: str, data: bytes) -> Event:
+    """Decode a message received on ``subject`` into the model :func:`~schemas.subjects.spec_for` names.
+
+    Raises :class:`~schemas.subjects.UnknownSubjectError` for a subject with no schema and
+    :class:`MalformedMessageError` (or its subclass :class:`UnsupportedSchemaVersionError`) for a
+    payload that is not a valid instance of the subject's model.
+    """
+    spec = spec_for(subject)
+    event = decode_as(spec.model, data, subject=subject)
+    _check_token(spec, subject, event)
+    return event
+
+
+def decode_reply(subject: str, data: bytes) -> WireModel:
+    """Decode the reply to a request sent on ``subject`` (e.g. a :class:`~schemas.leases.LeaseAck`)."""
+    spec = spec_for(subject)
+    if spec.reply_model is None:
+        raise MalformedMessageError(
+            subject,
+            spec.model.__name__,
+            [FieldError("(message)", "no_reply_expected", f"{spec.pattern} is not a request-reply subject")],
+        )
+    return decode_as(spec.reply_model, data, subject=subject)

@@ -1,0 +1,400 @@
+"""A valid example of every wire model, for docs, ``roundhouse schemas --example`` and tests.
+
+Each model has a *full* example (every optional field set) and a *minimal* one (only what is
+required). They are deterministic (fixed ids and timestamps) so printed examples are stable.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Final, TypeVar, cast
+
+from schemas.base import WireModel
+from schemas.job import JobClass, JobSpec
+from schemas.jobs import (
+    CompletionReason,
+    FailureReason,
+    JobAccepted,
+    JobArrived,
+    JobCancel,
+    JobCompleted,
+    JobFailed,
+    JobHeld,
+    JobRejected,
+    JobStarted,
+    JobSuspended,
+    SuspendReason,
+)
+from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason, WorldInfo
+from schemas.metrics import GpuSample, JobMetrics, NodeMetrics
+from schemas.nodes import GpuInventory, GpuLink, HeldLease, LeaseState, NodeHeartbeat, NodeRegister
+from schemas.rounds import NodeGpus, PlacementPlan, RoundTrigger, ScheduleRound
+
+__all__ = ["EXAMPLE_TS", "example", "examples", "examples_by_model"]
+
+EXAMPLE_TS: Final = 1_700_000_000.0
+_NS: Final = uuid.UUID("6f1c1f0e-52b5-4c0b-9a53-7d1b0b0c0001")
+_INCARNATION: Final = uuid.UUID("0b7d3c52-8f0e-4d1e-a2a5-2f3c4d5e6f70")
+
+M = TypeVar("M", bound=WireModel)
+
+
+def _eid(name: str) -> uuid.UUID:
+    return uuid.uuid5(_NS, name)
+
+
+def _spec_full() -> JobSpec:
+    return JobSpec(
+        name="resnet50-imagenet",
+        user="alice",
+        command=["python", "-m", "train", "--epochs", "90"],
+        gpus=8,
+        max_gpus=16,
+        cpus=32.0,
+        memory_gb=128.0,
+        job_class=JobClass.TE,
+        priority=10,
+        grace_period_s=60.0,
+        max_preemptions=3,
+        model="resnet50",
+        expected_iterations=450_000,
+        expected_duration_s=36_000.0,
+        loss_target=0.05,
+        env={"NCCL_DEBUG": "WARN"},
+        workdir="/home/alice/resnet",
+    )
+
+
+def _spec_min() -> JobSpec:
+    return JobSpec(name="hello", command=["python", "train.py"])
+
+
+def _gpu(i: int) -> GpuInventory:
+    return GpuInventory(
+        index=i,
+        uuid=f"GPU-5f6c1d2e-0000-4000-8000-00000000000{i}",
+        name="NVIDIA H100 80GB HBM3",
+        memory_mib=81_559,
+        compute_capability="9.0",
+        pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
+    )
+
+
+def _world(rank: int) -> WorldInfo:
+    return WorldInfo(
+        num_nodes=2,
+        node_rank=rank,
+        world_size=16,
+        rank_offset=8 * rank,
+        coordinator_node="node-01",
+        coordinator_host="node-01.cluster.local",
+        coordinator_port=29_500,
+    )
+
+
+_BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] = {
+    JobSpec: lambda: (_spec_full(), _spec_min()),
+    JobArrived: lambda: (
+        JobArrived(event_id=_eid("arrived"), ts=EXAMPLE_TS, job_id="job-0001", spec=_spec_full()),
+        JobArrived(job_id="j", spec=_spec_min()),
+    ),
+    JobAccepted: lambda: (
+        JobAccepted(
+            event_id=_eid("accepted"), ts=EXAMPLE_TS, job_id="job-0001", reason="quota left", policy="fifo"
+        ),
+        JobAccepted(job_id="j"),
+    ),
+    JobHeld: lambda: (
+        JobHeld(
+            event_id=_eid("held"), ts=EXAMPLE_TS, job_id="job-0001", reason="user over quota", policy="quota"
+        ),
+        JobHeld(job_id="j", reason="full"),
+    ),
+    JobRejected: lambda: (
+        JobRejected(
+            event_id=_eid("rejected"),
+            ts=EXAMPLE_TS,
+            job_id="job-0001",
+            reason="asks for 2048 GPUs; the cluster has 512",
+            policy="capacity",
+        ),
+        JobRejected(job_id="j", reason="no"),
+    ),
+    JobCancel: lambda: (
+        JobCancel(event_id=_eid("cancel"), ts=EXAMPLE_TS, job_id="job-0001", user="alice", reason="wrong lr"),
+        JobCancel(job_id="j"),
+    ),
+    JobStarted: lambda: (
+        JobStarted(
+            event_id=_eid("started"),
+            ts=EXAMPLE_TS,
+            job_id="job-0001",
+            lease_id="lease-0001-2",
+            node_id="node-01",
+            epoch=7,
+            gpus=[0, 1, 2, 3, 4, 5, 6, 7],
+            iteration=1200,
+            resumed_from="/ckpt/job-0001/001200.pt",
+            startup_s=14.5,
+        ),
+        JobStarted(job_id="j", lease_id="l", node_id="n", epoch=0, gpus=[0]),
+    ),
+    JobSuspended: lambda: (
+        JobSuspended(
+            event_id=_eid("suspended"),
+            ts=EXAMPLE_TS,
+            job_id="job-0001",
+            lease_id="lease-0001-2",
+            node_id="node-01",
+            epoch=7,
+            reason=SuspendReason.PREEMPTED,
+            iteration=2401,
+            checkpoint_path="/ckpt/job-0001/002401.pt",
+            checkpoint_iteration=2401,
+            grace_expired=False,
+            stop_s=8.25,
+        ),
+        JobSuspended(
+            job_id="j", lease_id="l", node_id="n", epoch=0, reason=SuspendReason.LEASE_EXPIRED, iteration=0
+        ),
+    ),
+    JobCompleted: lambda: (
+        JobCompleted(
+            event_id=_eid("completed"),
+            ts=EXAMPLE_TS,
+            job_id="job-0001",
+            lease_id="lease-0001-3",
+            node_id="node-02",
+            epoch=8,
+            reason=CompletionReason.LOSS_TARGET,
+            iteration=450_000,
+            exit_code=0,
+            checkpoint_path="s3://models/job-0001/final.pt",
+            loss=0.049,
+            runtime_s=3600.0,
+        ),
+        JobCompleted(job_id="j", lease_id="l", node_id="n", epoch=0, iteration=1),
+    ),
+    JobFailed: lambda: (
+        JobFailed(
+            event_id=_eid("failed"),
+            ts=EXAMPLE_TS,
+            job_id="job-0001",
+            reason=FailureReason.EXIT_CODE,
+            lease_id="lease-0001-3",
+            node_id="node-02",
+            epoch=8,
+            iteration=1000,
+            checkpoint_path="/ckpt/job-0001/001000.pt",
+            exit_code=1,
+            message="RuntimeError: CUDA error: an illegal memory access was encountered",
+            attempts=3,
+        ),
+        JobFailed(job_id="j", reason=FailureReason.NODE_LOST),
+    ),
+    ScheduleRound: lambda: (
+        ScheduleRound(
+            event_id=_eid("round"),
+            ts=EXAMPLE_TS,
+            epoch=7,
+            round=42,
+            state_version=1337,
+            trigger=RoundTrigger.ARRIVAL,
+            policy="fitgpp",
+            ranked=["job-0003", "job-0001", "job-0002"],
+            gpu_targets={"job-0001": 16},
+            terminate={"job-0009": "converged: loss plateaued for 20 epochs"},
+        ),
+        ScheduleRound(epoch=0, round=0, state_version=0, ranked=[]),
+    ),
+    PlacementPlan: lambda: (
+        PlacementPlan(
+            event_id=_eid("plan"),
+            ts=EXAMPLE_TS,
+            round=42,
+            state_version=1337,
+            epoch=7,
+            policy="consolidated",
+            launch={
+                "job-0001": [
+                    NodeGpus(node_id="node-01", gpus=list(range(8))),
+                    NodeGpus(node_id="node-02", gpus=list(range(8))),
+                ],
+                "job-0003": [NodeGpus(node_id="node-03", gpus=[0])],
+            },
+            suspend=["job-0002"],
+            terminate={"job-0009": "converged: loss plateaued for 20 epochs"},
+        ),
+        PlacementPlan(round=0, state_version=0, epoch=0),
+    ),
+    LeaseGrant: lambda: (
+        LeaseGrant(
+            event_id=_eid("grant"),
+            ts=EXAMPLE_TS,
+            epoch=7,
+            lease_id="lease-0001-2",
+            job_id="job-0001",
+            node_id="node-02",
+            gpus=list(range(8)),
+            spec=_spec_full(),
+            world=_world(1),
+            resume_from="/ckpt/job-0001/001200.pt",
+            resume_iteration=1200,
+            attempt=2,
+        ),
+        LeaseGrant(epoch=0, lease_id="l", job_id="j", node_id="n", gpus=[0], spec=_spec_min()),
+    ),
+    LeaseRevoke: lambda: (
+        LeaseRevoke(
+            event_id=_eid("revoke"),
+            ts=EXAMPLE_TS,
+            epoch=7,
+            lease_id="lease-0001-2",
+            job_id="job-0001",
+            node_id="node-01",
+            reason=RevokeReason.PREEMPT,
+            grace_s=60.0,
+            message="TE job job-0007 needs 8 GPUs",
+        ),
+        LeaseRevoke(epoch=0, lease_id="l", job_id="j", node_id="n", reason=RevokeReason.CANCEL, grace_s=0.0),
+    ),
+    LeaseAck: lambda: (
+        LeaseAck(
+            event_id=_eid("ack"),
+            ts=EXAMPLE_TS,
+            lease_id="lease-0001-2",
+            node_id="node-01",
+            accepted=False,
+            error=LeaseAckError.STALE_EPOCH,
+            duplicate=False,
+            epoch_seen=8,
+            message="epoch 7 < 8 already seen",
+            leases_held=1,
+        ),
+        LeaseAck(lease_id="l", node_id="n", accepted=True, epoch_seen=0),
+    ),
+    NodeRegister: lambda: (
+        NodeRegister(
+            event_id=_eid("register"),
+            ts=EXAMPLE_TS,
+            node_id="node-01",
+            incarnation=_INCARNATION,
+            hostname="node-01.cluster.local",
+            cpus=96.0,
+            memory_gb=1024.0,
+            gpus=[_gpu(0), _gpu(1)],
+            links=[[GpuLink.SELF, GpuLink.NVLINK], [GpuLink.NVLINK, GpuLink.SELF]],
+            link_bandwidth_gbps=[[0.0, 450.0], [450.0, 0.0]],
+            labels={"rack": "r12", "topology.kubernetes.io/zone": "eu-1a"},
+            driver_version="550.54.15",
+            cuda_version="12.4",
+            agent_version="0.1.0",
+            lease_ttl_s=30.0,
+        ),
+        NodeRegister(node_id="n", incarnation=_INCARNATION, hostname="10.0.0.7", cpus=1.0, memory_gb=1.0),
+    ),
+    NodeHeartbeat: lambda: (
+        NodeHeartbeat(
+            event_id=_eid("heartbeat"),
+            ts=EXAMPLE_TS,
+            node_id="node-01",
+            incarnation=_INCARNATION,
+            seq=1234,
+            epoch_seen=7,
+            leases=[
+                HeldLease(
+                    lease_id="lease-0001-2",
+                    job_id="job-0001",
+                    epoch=7,
+                    gpus=[0, 1],
+                    state=LeaseState.STOPPING,
+                    iteration=2400,
+                ),
+            ],
+            draining=True,
+        ),
+        NodeHeartbeat(node_id="n", incarnation=_INCARNATION, seq=0, epoch_seen=0),
+    ),
+    JobMetrics: lambda: (
+        JobMetrics(
+            event_id=_eid("job-metrics"),
+            ts=EXAMPLE_TS,
+            job_id="job-0001",
+            lease_id="lease-0001-2",
+            rank=0,
+            iteration=2400,
+            loss=1.75,
+            iteration_time_s=0.31,
+            throughput=3303.2,
+            batch_size=1024,
+            extra={"top1": 0.61, "lr": 0.1},
+        ),
+        JobMetrics(job_id="j", iteration=0),
+    ),
+    NodeMetrics: lambda: (
+        NodeMetrics(
+            event_id=_eid("node-metrics"),
+            ts=EXAMPLE_TS,
+            node_id="node-01",
+            gpus=[
+                GpuSample(
+                    index=0,
+                    utilization_pct=97.0,
+                    memory_used_mib=70_000,
+                    memory_total_mib=81_559,
+                    temperature_c=64.0,
+                    power_w=612.5,
+                ),
+                GpuSample(index=1, utilization_pct=0.0, memory_used_mib=0),
+            ],
+            cpu_utilization_pct=35.5,
+            memory_used_gb=210.0,
+            interval_s=5.0,
+        ),
+        NodeMetrics(node_id="n"),
+    ),
+    GpuInventory: lambda: (
+        _gpu(0),
+        GpuInventory(index=0, uuid="GPU-0", name="Tesla V100", memory_mib=16_384),
+    ),
+    HeldLease: lambda: (
+        HeldLease(
+            lease_id="lease-0001-2",
+            job_id="job-0001",
+            epoch=7,
+            gpus=[0, 1],
+            state=LeaseState.RUNNING,
+            iteration=10,
+        ),
+        HeldLease(lease_id="l", job_id="j", epoch=0, gpus=[0]),
+    ),
+    WorldInfo: lambda: (_world(0), _world(1)),
+    NodeGpus: lambda: (NodeGpus(node_id="node-01", gpus=[0, 1, 2, 3]), NodeGpus(node_id="n", gpus=[0])),
+    GpuSample: lambda: (
+        GpuSample(
+            index=3,
+            utilization_pct=50.0,
+            memory_used_mib=1024,
+            memory_total_mib=16_384,
+            temperature_c=40.0,
+            power_w=120.0,
+        ),
+        GpuSample(index=0, utilization_pct=0.0, memory_used_mib=0),
+    ),
+}
+
+
+def examples_by_model() -> dict[type[WireModel], tuple[WireModel, ...]]:
+    """Every model with examples, mapped to ``(full, minimal)``; built fresh on each call."""
+    return {model: build() for model, build in _BUILDERS.items()}
+
+
+def examples(model: type[M]) -> tuple[M, ...]:
+    """``(full, minimal)`` examples of ``model``. Raises KeyError for a model without examples."""
+    return cast("tuple[M, ...]", _BUILDERS[model]())
+
+
+def example(model: type[M]) -> M:
+    """The full example of ``model`` (every optional field set)."""
+    return examples(model)[0]
