@@ -20,7 +20,6 @@ SCHEMA_VERSION = 1
 """Bumped on any incompatible change to the tables below; stored in ``meta`` under ``schema_version``."""
 
 _NAMING = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
     "ck": "ck_%(table_name)s_%(constraint_name)s",
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
@@ -42,7 +41,7 @@ class JobRow(Base):
     __tablename__ = "jobs"
     __table_args__ = (
         CheckConstraint(_in("status", [s.value for s in JobStatus]), name="status"),
-        Index(None, "status"),
+        Index("ix_jobs_status", "status"),
     )
 
     job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -74,8 +73,8 @@ class LeaseRow(Base):
     __tablename__ = "leases"
     __table_args__ = (
         CheckConstraint(_in("state", [s.value for s in LeaseState]), name="state"),
-        Index(None, "node_id"),
-        Index(None, "job_id"),
+        Index("ix_leases_node_id", "node_id"),
+        Index("ix_leases_job_id", "job_id"),
     )
 
     lease_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -109,7 +108,7 @@ class AppliedEventRow(Base):
     """
 
     __tablename__ = "applied_events"
-    __table_args__ = (Index(None, "applied_at"),)
+    __table_args__ = (Index("ix_applied_events_applied_at", "applied_at"),)
 
     consumer: Mapped[str] = mapped_column(String(128), primary_key=True)
     event_id: Mapped[str] = mapped_column(String(64), primary_key=True)

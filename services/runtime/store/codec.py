@@ -1,0 +1,161 @@
+"""Conversions between the typed records and table rows (plain dicts for Core bulk statements)."""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+import orjson
+
+from schemas.job import JobSpec
+from services.core.decisions import Plan
+from services.core.state import JobStatus
+from services.runtime.store.records import (
+    JOB_CHANGE_FIELDS,
+    JobChanges,
+    JobRecord,
+    LeaseRecord,
+    LeaseState,
+    RoundRecord,
+)
+from services.runtime.store.tables import JobRow, LeaseRow, RoundRow
+
+RowValue: TypeAlias = str | int | float | None
+RowDict: TypeAlias = dict[str, RowValue]
+
+
+def job_to_row(job: JobRecord) -> RowDict:
+    spec = job.spec
+    return {
+        "job_id": job.job_id,
+        "spec": spec.model_dump_json(),
+        "status": job.status.value,
+        "user_name": spec.user,
+        "job_class": spec.job_class.value,
+        "gpus": spec.gpus,
+        "submit_time": job.submit_time,
+        "admit_time": job.admit_time,
+        "first_start_time": job.first_start_time,
+        "last_start_time": job.last_start_time,
+        "last_preempt_time": job.last_preempt_time,
+        "finish_time": job.finish_time,
+        "attained_service": job.attained_service,
+        "executed_time": job.executed_time,
+        "iterations_done": job.iterations_done,
+        "preemptions": job.preemptions,
+        "checkpoint_path": job.checkpoint_path,
+        "version": job.version,
+    }
+
+
+def job_from_row(row: JobRow) -> JobRecord:
+    return JobRecord(
+        job_id=row.job_id,
+        spec=JobSpec.model_validate_json(row.spec),
+        submit_time=row.submit_time,
+        status=JobStatus(row.status),
+        admit_time=row.admit_time,
+        first_start_time=row.first_start_time,
+        last_start_time=row.last_start_time,
+        last_preempt_time=row.last_preempt_time,
+        finish_time=row.finish_time,
+        attained_service=row.attained_service,
+        executed_time=row.executed_time,
+        iterations_done=row.iterations_done,
+        preemptions=row.preemptions,
+        checkpoint_path=row.checkpoint_path,
+        version=row.version,
+    )
+
+
+def changes_to_row(job_id: str, changes: JobChanges) -> RowDict:
+    """Column values of an update; rejects keys that are not mutable job fields."""
+    unknown = set(changes) - JOB_CHANGE_FIELDS
+    if unknown:
+        raise ValueError(
+            f"update of job {job_id!r} names unknown or immutable fields {sorted(unknown)}; "
+            f"allowed: {sorted(JOB_CHANGE_FIELDS)}"
+        )
+    row: RowDict = {}
+    for key, value in changes.items():
+        if isinstance(value, JobStatus):
+            row[key] = value.value
+        elif value is None or isinstance(value, str | int | float):
+            row[key] = value
+        else:
+            raise TypeError(f"update of job {job_id!r}: {key} must be a number, string or None: {value!r}")
+    return row
+
+
+def lease_to_row(lease: LeaseRecord) -> RowDict:
+    return {
+        "lease_id": lease.lease_id,
+        "job_id": lease.job_id,
+        "node_id": lease.node_id,
+        "gpu_indices": orjson.dumps(list(lease.gpu_indices)).decode(),
+        "epoch": lease.epoch,
+        "state": lease.state.value,
+        "granted_at": lease.granted_at,
+        "revoke_deadline": lease.revoke_deadline,
+    }
+
+
+def lease_from_row(row: LeaseRow) -> LeaseRecord:
+    indices = orjson.loads(row.gpu_indices)
+    if not isinstance(indices, list) or not all(isinstance(i, int) for i in indices):
+        raise ValueError(f"lease {row.lease_id!r} has malformed gpu_indices {row.gpu_indices!r}")
+    return LeaseRecord(
+        lease_id=row.lease_id,
+        job_id=row.job_id,
+        node_id=row.node_id,
+        gpu_indices=tuple(indices),
+        epoch=row.epoch,
+        granted_at=row.granted_at,
+        state=LeaseState(row.state),
+        revoke_deadline=row.revoke_deadline,
+    )
+
+
+def plan_to_json(plan: Plan) -> str:
+    return orjson.dumps(
+        {
+            "launch": {job: list(gpus) for job, gpus in plan.launch.items()},
+            "suspend": list(plan.suspend),
+            "terminate": dict(plan.terminate),
+        }
+    ).decode()
+
+
+def plan_from_json(text: str) -> Plan:
+    raw = orjson.loads(text)
+    if not isinstance(raw, dict):
+        raise ValueError(f"round plan is not a JSON object: {text[:80]!r}")
+    launch = raw.get("launch", {})
+    suspend = raw.get("suspend", [])
+    terminate = raw.get("terminate", {})
+    if not (isinstance(launch, dict) and isinstance(suspend, list) and isinstance(terminate, dict)):
+        raise ValueError(f"round plan has malformed fields: {text[:80]!r}")
+    return Plan(
+        launch={str(job): tuple(int(g) for g in gpus) for job, gpus in launch.items()},
+        suspend=tuple(str(j) for j in suspend),
+        terminate={str(job): str(reason) for job, reason in terminate.items()},
+    )
+
+
+def round_to_row(rnd: RoundRecord) -> RowDict:
+    return {
+        "round_number": rnd.round_number,
+        "epoch": rnd.epoch,
+        "state_version": rnd.state_version,
+        "decided_at": rnd.decided_at,
+        "plan": plan_to_json(rnd.plan),
+    }
+
+
+def round_from_row(row: RoundRow) -> RoundRecord:
+    return RoundRecord(
+        round_number=row.round_number,
+        epoch=row.epoch,
+        state_version=row.state_version,
+        decided_at=row.decided_at,
+        plan=plan_from_json(row.plan),
+    )

@@ -1,0 +1,140 @@
+"""Where the store lives and how connections are set up: SQLite in a data directory, or PostgreSQL.
+
+SQLite connections get, on every connect: WAL journal (readers never block the writer),
+``synchronous=NORMAL`` (in WAL mode a commit survives a process crash; a power loss may drop the last
+few commits, which JetStream redelivers since consumers ack only after commit), enforced foreign keys,
+and a busy timeout. pysqlite's implicit transaction handling is turned off and SQLAlchemy emits BEGIN
+itself, so transactions and SAVEPOINTs behave as documented (SQLAlchemy docs, "pysqlite: Serializable
+isolation / Savepoints / Transactional DDL"); the writer begins with ``BEGIN IMMEDIATE`` so it takes
+the write lock up front and waits on ``busy_timeout`` instead of failing on a lock upgrade.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from services.runtime.store.errors import StoreConfigError
+
+DB_FILENAME = "roundhouse.db"
+"""The SQLite file created inside a data directory."""
+
+BEGIN_OPTION = "roundhouse_sqlite_begin"
+"""Execution option naming the statement that opens a SQLite transaction on that connection."""
+WRITER_OPTIONS: dict[str, str] = {BEGIN_OPTION: "BEGIN IMMEDIATE"}
+
+_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoreConfig:
+    """Tuning of the store. The defaults suit one scheduler on one host."""
+
+    max_batch_rows: int = 5000
+    """The writer commits once it has gathered this many rows (a request is never split)."""
+    linger_s: float = 0.001
+    """After draining the queue, wait this long once for more requests before committing (0: never)."""
+    sqlite_synchronous: str = "NORMAL"
+    busy_timeout_s: float = 5.0
+    """SQLite: how long a connection waits for another process's write lock before failing."""
+    pool_size: int = 5
+    echo: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_batch_rows < 1:
+            raise StoreConfigError(f"max_batch_rows must be >= 1, got {self.max_batch_rows}")
+        if self.linger_s < 0:
+            raise StoreConfigError(f"linger_s must be >= 0, got {self.linger_s}")
+        if self.sqlite_synchronous.upper() not in _SYNCHRONOUS:
+            raise StoreConfigError(
+                f"sqlite_synchronous must be one of {_SYNCHRONOUS}, got {self.sqlite_synchronous!r}"
+            )
+        if self.busy_timeout_s < 0:
+            raise StoreConfigError(f"busy_timeout_s must be >= 0, got {self.busy_timeout_s}")
+
+
+def resolve_target(target: str | os.PathLike[str]) -> URL:
+    """Turn ``--db`` into an async SQLAlchemy URL.
+
+    A path (anything without ``://``) is a data directory, created if missing, holding
+    ``roundhouse.db``. ``sqlite:///file`` and ``postgresql://`` / ``postgres://`` URLs get the async
+    driver (aiosqlite, asyncpg) when they name none.
+    """
+    text = os.fspath(target)
+    if "://" not in text:
+        if not text:
+            raise StoreConfigError("empty store target; pass a data directory or a database URL")
+        directory = Path(text).expanduser()
+        if directory.exists() and not directory.is_dir():
+            raise StoreConfigError(
+                f"store target {directory} exists and is not a directory; pass a data directory"
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        return URL.create("sqlite+aiosqlite", database=str(directory.resolve() / DB_FILENAME))
+    try:
+        url = make_url(text)
+    except ArgumentError as exc:
+        raise StoreConfigError(f"cannot parse database URL: {exc}") from exc
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if not url.database or url.database == ":memory:" or url.database.startswith("file::memory:"):
+            raise StoreConfigError(
+                "in-memory SQLite cannot be shared by the writer and readers; pass a data directory instead"
+            )
+        return url.set(drivername="sqlite+aiosqlite")
+    if backend in ("postgresql", "postgres"):
+        driver = url.get_driver_name()
+        if backend == "postgres" or driver not in ("asyncpg",):
+            url = url.set(drivername="postgresql+asyncpg")
+        return url
+    raise StoreConfigError(
+        f"unsupported database {backend!r}; use a data directory (SQLite) or postgresql+asyncpg://user@host/db"
+    )
+
+
+def create_engine(url: URL, config: StoreConfig, *, schema: str | None) -> AsyncEngine:
+    """An async engine for ``url``; ``schema`` (PostgreSQL only) becomes the connections' search_path."""
+    if url.get_backend_name() == "sqlite":
+        if schema is not None:
+            raise StoreConfigError("schema= applies to PostgreSQL only; SQLite has one namespace per file")
+        engine = create_async_engine(url, echo=config.echo, pool_size=config.pool_size)
+        _install_sqlite_hooks(engine, config)
+        return engine
+    connect_args: dict[str, object] = {}
+    if schema is not None:
+        connect_args["server_settings"] = {"search_path": schema}
+    return create_async_engine(
+        url, echo=config.echo, pool_size=config.pool_size, pool_pre_ping=True, connect_args=connect_args
+    )
+
+
+def _install_sqlite_hooks(engine: AsyncEngine, config: StoreConfig) -> None:
+    pragmas = (
+        "PRAGMA journal_mode=WAL",
+        f"PRAGMA synchronous={config.sqlite_synchronous.upper()}",
+        "PRAGMA foreign_keys=ON",
+        f"PRAGMA busy_timeout={int(config.busy_timeout_s * 1000)}",
+    )
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
+        # Hand transaction control to SQLAlchemy (see the module docstring).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            for pragma in pragmas:
+                cursor.execute(pragma)
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql(str(connection.get_execution_options().get(BEGIN_OPTION, "BEGIN")))

@@ -1,0 +1,272 @@
+"""``Store``: the scheduler's persistent jobs, leases, rounds and applied event ids.
+
+Reads run on pooled connections and see every write whose ``await`` has returned. Writes go through
+one ``BatchWriter`` task (see ``writer.py``), which turns many concurrent small writes into few
+transactions; each caller's request stays atomic and fails alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+
+from sqlalchemy import select, text
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from services.core.state import JobStatus
+from services.runtime.store.codec import job_from_row, lease_from_row, round_from_row
+from services.runtime.store.engine import StoreConfig, create_engine, resolve_target
+from services.runtime.store.errors import SchemaVersionError, StoreConfigError
+from services.runtime.store.ops import (
+    AppliedMark,
+    DeleteLeases,
+    Dialect,
+    InsertJobs,
+    PruneAppliedEvents,
+    RecordRound,
+    SetMeta,
+    UpdateJob,
+    UpsertLeases,
+    WriteOp,
+    compile_ops,
+)
+from services.runtime.store.records import (
+    JobChanges,
+    JobRecord,
+    LeaseRecord,
+    LeaseState,
+    RoundRecord,
+    WriterStats,
+)
+from services.runtime.store.tables import (
+    SCHEMA_VERSION,
+    AppliedEventRow,
+    Base,
+    JobRow,
+    LeaseRow,
+    MetaRow,
+    RoundRow,
+)
+from services.runtime.store.writer import BatchWriter
+
+_ACTIVE = tuple(s.value for s in JobStatus if not s.is_final)
+_SCHEMA_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+class Store:
+    """Persistent scheduler state on SQLite (a data directory) or PostgreSQL (a URL).
+
+    Open with ``await Store.open(...)`` and close with ``await store.close()`` (or ``async with``).
+    """
+
+    def __init__(self, engine: AsyncEngine, writer: BatchWriter, url: URL) -> None:
+        """Use ``Store.open``; this only wires already-prepared parts together."""
+        self._engine = engine
+        self._writer = writer
+        self._url = url
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        target: str | os.PathLike[str],
+        *,
+        config: StoreConfig | None = None,
+        schema: str | None = None,
+    ) -> Store:
+        """Open (creating if needed) the store at ``target`` and start its writer.
+
+        ``target`` is a data directory (SQLite file ``roundhouse.db`` inside it, WAL mode) or a
+        database URL such as ``postgresql+asyncpg://user@host:5432/roundhouse``. ``schema`` puts the
+        tables in that PostgreSQL schema (created if missing), e.g. one per deployment or test run.
+        """
+        config = config or StoreConfig()
+        url = resolve_target(target)
+        if schema is not None and (
+            not schema or not set(schema) <= _SCHEMA_NAME_CHARS or schema[0].isdigit()
+        ):
+            raise StoreConfigError(f"schema name {schema!r} must be lower-case letters, digits and _")
+        engine = create_engine(url, config, schema=schema)
+        try:
+            async with engine.begin() as conn:
+                if schema is not None:
+                    await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+                await conn.run_sync(Base.metadata.create_all)
+            await _check_schema_version(engine, url)
+        except BaseException:
+            await engine.dispose()
+            raise
+        dialect = Dialect.for_backend(engine.dialect.name, engine.dialect.supports_sane_multi_rowcount)
+        writer = BatchWriter(engine, dialect, config)
+        writer.start()
+        return cls(engine, writer, url)
+
+    async def close(self) -> None:
+        """Commit every write queued so far, stop the writer and release connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._writer.close()
+        finally:
+            await self._engine.dispose()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    @property
+    def url(self) -> str:
+        """The database URL, password hidden."""
+        return self._url.render_as_string(hide_password=True)
+
+    @property
+    def backend(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._engine.dialect.name
+
+    @property
+    def stats(self) -> WriterStats:
+        """A snapshot of the writer's counters (transactions, batches, requests, rows, retries)."""
+        return self._writer.stats
+
+    # --- reads --------------------------------------------------------------------------------------
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        async with self._sessions() as session:
+            row = await session.get(JobRow, job_id)
+            return None if row is None else job_from_row(row)
+
+    async def jobs_by_status(self, *statuses: JobStatus) -> list[JobRecord]:
+        """Jobs in any of ``statuses``, oldest submission first."""
+        if not statuses:
+            return []
+        stmt = (
+            select(JobRow)
+            .where(JobRow.status.in_([s.value for s in statuses]))
+            .order_by(JobRow.submit_time, JobRow.job_id)
+        )
+        async with self._sessions() as session:
+            return [job_from_row(r) for r in (await session.scalars(stmt)).all()]
+
+    async def active_jobs(self) -> list[JobRecord]:
+        """Jobs not in a final status (held, queued, running): what a new leader reloads."""
+        return await self.jobs_by_status(*(JobStatus(s) for s in _ACTIVE))
+
+    async def leases_for_node(self, node_id: str, *, include_released: bool = False) -> list[LeaseRecord]:
+        stmt = select(LeaseRow).where(LeaseRow.node_id == node_id)
+        return await self._leases(stmt, include_released)
+
+    async def leases_for_job(self, job_id: str, *, include_released: bool = False) -> list[LeaseRecord]:
+        stmt = select(LeaseRow).where(LeaseRow.job_id == job_id)
+        return await self._leases(stmt, include_released)
+
+    async def _leases(self, stmt: object, include_released: bool) -> list[LeaseRecord]:
+        assert isinstance(stmt, type(select(LeaseRow)))
+        if not include_released:
+            stmt = stmt.where(LeaseRow.state != LeaseState.RELEASED.value)
+        async with self._sessions() as session:
+            rows = (await session.scalars(stmt.order_by(LeaseRow.granted_at, LeaseRow.lease_id))).all()
+            return [lease_from_row(r) for r in rows]
+
+    async def last_round(self) -> RoundRecord | None:
+        stmt = select(RoundRow).order_by(RoundRow.round_number.desc()).limit(1)
+        async with self._sessions() as session:
+            row = (await session.scalars(stmt)).first()
+            return None if row is None else round_from_row(row)
+
+    async def is_applied(self, event_id: str | uuid.UUID, consumer: str) -> bool:
+        """Whether ``consumer`` has applied ``event_id`` (committed)."""
+        async with self._sessions() as session:
+            row = await session.get(AppliedEventRow, (consumer, str(event_id)))
+            return row is not None
+
+    async def get_meta(self, key: str) -> str | None:
+        async with self._sessions() as session:
+            row = await session.get(MetaRow, key)
+            return None if row is None else row.value
+
+    async def journal_mode(self) -> str:
+        """SQLite's journal mode as a connection sees it (``wal``); ``n/a`` on PostgreSQL."""
+        if self.backend != "sqlite":
+            return "n/a"
+        async with self._engine.connect() as conn:
+            return str((await conn.exec_driver_sql("PRAGMA journal_mode")).scalar_one())
+
+    # --- writes ---------------------------------------------------------------------------------------
+    def submit_nowait(self, ops: Iterable[WriteOp]) -> asyncio.Future[bool]:
+        """Queue ``ops`` as one atomic request without waiting; the future resolves (True) once
+        committed. For producers that pipeline many requests; most callers want ``submit``."""
+        return self._writer.enqueue(compile_ops(ops), None)
+
+    async def submit(self, ops: Iterable[WriteOp]) -> None:
+        """Write ``ops`` atomically (all or none), batched with other callers' writes.
+
+        Raises the request's own error: ``StaleWriteError``, ``JobNotFoundError``,
+        ``ConstraintViolationError``; other requests in the same batch are unaffected.
+        """
+        await self._writer.enqueue(compile_ops(ops), None)
+
+    async def apply_event(
+        self,
+        event_id: str | uuid.UUID,
+        consumer: str,
+        ops: Sequence[WriteOp],
+        *,
+        applied_at: float | None = None,
+    ) -> bool:
+        """Apply an event's effects and mark it applied by ``consumer``, in one transaction.
+
+        Returns False, writing nothing, when ``consumer`` already applied ``event_id``: a JetStream
+        redelivery is then acked without being applied twice. If the ops fail, the event is not
+        marked either, so a redelivery tries again.
+        """
+        mark = AppliedMark(consumer, str(event_id), time.time() if applied_at is None else applied_at)
+        return await self._writer.enqueue(compile_ops(ops), mark)
+
+    async def add_jobs(self, jobs: Iterable[JobRecord]) -> None:
+        await self.submit([InsertJobs(tuple(jobs))])
+
+    async def update_job(
+        self, job_id: str, changes: JobChanges, *, expected_version: int | None = None
+    ) -> None:
+        """Set ``changes`` on a job and bump its version (``expected_version + 1`` when given).
+
+        With ``expected_version``, raises ``StaleWriteError`` if the job moved on meanwhile.
+        """
+        await self.submit([UpdateJob(job_id, changes, expected_version)])
+
+    async def upsert_leases(self, leases: Iterable[LeaseRecord]) -> None:
+        await self.submit([UpsertLeases(tuple(leases))])
+
+    async def delete_leases(self, lease_ids: Iterable[str]) -> None:
+        await self.submit([DeleteLeases(tuple(lease_ids))])
+
+    async def record_round(self, rnd: RoundRecord) -> None:
+        await self.submit([RecordRound(rnd)])
+
+    async def set_meta(self, key: str, value: str) -> None:
+        await self.submit([SetMeta(key, value)])
+
+    async def prune_applied_events(self, *, older_than: float, consumer: str | None = None) -> None:
+        """Forget applied event ids older than ``older_than``; keep them for longer than JetStream
+        can redeliver (the stream's max age / dedup window)."""
+        await self.submit([PruneAppliedEvents(older_than, consumer)])
+
+
+async def _check_schema_version(engine: AsyncEngine, url: URL) -> None:
+    async with AsyncSession(engine) as session, session.begin():
+        row = await session.get(MetaRow, "schema_version")
+        if row is None:
+            session.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
+        elif row.value != str(SCHEMA_VERSION):
+            raise SchemaVersionError(row.value, SCHEMA_VERSION, url.render_as_string(hide_password=True))
