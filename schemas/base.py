@@ -15,7 +15,8 @@ import time
 import uuid
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 SCHEMA_VERSION: Final = 1
 """Bumped on any incompatible change of a wire model."""
@@ -49,6 +50,14 @@ class Event(WireModel):
         description="Seconds since the Unix epoch, when it was created.",
     )
     schema_version: Literal[1] = Field(default=1, description="Wire schema version (SCHEMA_VERSION).")
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _version_is_an_int(cls, value: object) -> object:
+        # Literal[1] would take ``true`` (bool is an int); a version must be a JSON integer.
+        if isinstance(value, bool):
+            raise PydanticCustomError("int_type", "schema_version must be an integer, not a boolean")
+        return value
 
 
 class Command(Event):

@@ -1,7 +1,9 @@
 """A valid example of every wire model, for docs, ``roundhouse schemas --example`` and tests.
 
-Each model has a *full* example (every optional field set) and a *minimal* one (only what is
-required). They are deterministic (fixed ids and timestamps) so printed examples are stable.
+Each model has at least two examples: the first is *full* (optional fields set, so a round trip
+covers them), the last is *minimal* (only what is required), and any in between cover fields that
+exclude each other (a failure by signal vs. by exit code). The full ones are deterministic (fixed
+ids and timestamps) so printed examples are stable.
 """
 
 from __future__ import annotations
@@ -191,6 +193,7 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
             message="RuntimeError: CUDA error: an illegal memory access was encountered",
             attempts=3,
         ),
+        JobFailed(job_id="j", reason=FailureReason.SIGNAL, signal=9, message="killed by the OOM killer"),
         JobFailed(job_id="j", reason=FailureReason.NODE_LOST),
     ),
     ScheduleRound: lambda: (
@@ -386,12 +389,12 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
 
 
 def examples_by_model() -> dict[type[WireModel], tuple[WireModel, ...]]:
-    """Every model with examples, mapped to ``(full, minimal)``; built fresh on each call."""
+    """Every model with examples, mapped to ``(full, ..., minimal)``; built fresh on each call."""
     return {model: build() for model, build in _BUILDERS.items()}
 
 
 def examples(model: type[M]) -> tuple[M, ...]:
-    """``(full, minimal)`` examples of ``model``. Raises KeyError for a model without examples."""
+    """``(full, ..., minimal)`` examples of ``model``. Raises KeyError for a model without examples."""
     return cast("tuple[M, ...]", _BUILDERS[model]())
 
 

@@ -21,7 +21,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from schemas.base import Command, Event, WireModel
-from schemas.fields import Counter, Epoch, GpuIndices, Host, Iteration, Message, Path, Reason, Seconds
+from schemas.fields import Counter, Epoch, GpuIndices, Host, Iteration, Message, Path, Reason
 from schemas.ids import JobId, LeaseId, NodeId
 from schemas.job import MAX_GPUS_PER_JOB, JobSpec
 
@@ -141,8 +141,8 @@ class LeaseRevoke(Command):
     job_id: JobId
     node_id: NodeId = Field(description="The coordinator node of the lease.")
     reason: RevokeReason
-    grace_s: Seconds = Field(
-        le=86_400, description="Time to checkpoint before the agent kills the processes."
+    grace_s: float = Field(
+        ge=0, le=86_400, description="Time to checkpoint before the agent kills the processes."
     )
     message: Reason | None = None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from typing import Annotated, Final
+from typing import Annotated, Final, TypeVar
 
 from pydantic import Field, StringConstraints, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -52,6 +52,11 @@ _PciBusId = Annotated[
     str, StringConstraints(max_length=32, pattern=r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 ]
 _ComputeCapability = Annotated[str, StringConstraints(max_length=8, pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]
+
+
+T = TypeVar("T")
+_Row = Annotated[list[T], Field(max_length=MAX_GPUS_PER_NODE)]
+_Bandwidth = Annotated[float, Field(ge=0, le=100_000)]
 
 
 class GpuInventory(WireModel):
@@ -112,10 +117,10 @@ class NodeRegister(Event):
     cpus: float = Field(gt=0, le=4096, description="CPU cores the agent may hand out.")
     memory_gb: float = Field(gt=0, le=2**20, description="Host RAM in GiB the agent may hand out.")
     gpus: list[GpuInventory] = Field(default_factory=list, max_length=MAX_GPUS_PER_NODE)
-    links: list[list[GpuLink]] | None = Field(
+    links: list[_Row[GpuLink]] | None = Field(
         default=None, max_length=MAX_GPUS_PER_NODE, description="links[i][j]: how GPU i reaches GPU j."
     )
-    link_bandwidth_gbps: list[list[Annotated[float, Field(ge=0, le=100_000)]]] | None = Field(
+    link_bandwidth_gbps: list[_Row[_Bandwidth]] | None = Field(
         default=None,
         max_length=MAX_GPUS_PER_NODE,
         description="Measured GB/s between GPUs i and j, if known.",

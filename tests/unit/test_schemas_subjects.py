@@ -1,0 +1,170 @@
+"""The subject registry: matching, the durable set, and the helpers that build concrete subjects."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas import subjects
+from schemas.base import Event
+from schemas.examples import example
+from schemas.jobs import JobArrived, JobCancel, JobFailed
+from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke
+from schemas.metrics import JobMetrics, NodeMetrics
+from schemas.nodes import NodeHeartbeat, NodeRegister
+from schemas.rounds import PlacementPlan, ScheduleRound
+from schemas.subjects import (
+    SUBJECTS,
+    InvalidSubjectTokenError,
+    UnknownSubjectError,
+    durable_patterns,
+    model_for,
+    spec_for,
+    subject_for,
+)
+
+DESIGN_SUBJECTS = {
+    # DESIGN.md, "Events and subjects": every row of the table has an entry.
+    "job.arrived", "job.accepted", "job.held", "job.rejected", "job.cancel", "schedule.round",
+    "placement.plan", "lease.grant.*", "lease.revoke.*", "job.started", "job.suspended", "job.completed",
+    "job.failed", "node.register", "node.heartbeat", "metrics.job.*", "metrics.node.*",
+}  # fmt: skip
+
+
+def test_table_covers_design() -> None:
+    assert {s.pattern for s in SUBJECTS} == DESIGN_SUBJECTS
+
+
+def test_each_model_has_one_subject() -> None:
+    models = [s.model for s in SUBJECTS]
+    assert len(models) == len(set(models))
+
+
+@pytest.mark.parametrize(
+    ("subject", "model"),
+    [
+        pytest.param("job.arrived", JobArrived, id="exact"),
+        pytest.param("job.cancel", JobCancel, id="exact-intent"),
+        pytest.param("job.failed", JobFailed, id="exact-fact"),
+        pytest.param("schedule.round", ScheduleRound, id="round"),
+        pytest.param("placement.plan", PlacementPlan, id="plan"),
+        pytest.param("node.register", NodeRegister, id="register"),
+        pytest.param("node.heartbeat", NodeHeartbeat, id="heartbeat"),
+        pytest.param("lease.grant.node-01", LeaseGrant, id="grant-token"),
+        pytest.param("lease.revoke.gpu_box_7", LeaseRevoke, id="revoke-token"),
+        pytest.param("metrics.job.0f3a9c", JobMetrics, id="job-metrics-token"),
+        pytest.param("metrics.node.n1", NodeMetrics, id="node-metrics-token"),
+        pytest.param("metrics.job.*", JobMetrics, id="the-pattern-itself"),
+    ],
+)
+def test_spec_for_matches(subject: str, model: type) -> None:
+    assert spec_for(subject).model is model
+    assert model_for(subject) is model
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        pytest.param("job.unknown", id="unknown-leaf"),
+        pytest.param("job", id="prefix-only"),
+        pytest.param("job.arrived.extra", id="extra-token"),
+        pytest.param("lease.grant", id="missing-token"),
+        pytest.param("lease.grant.a.b", id="two-tokens-for-star"),
+        pytest.param("lease.grant.", id="empty-token"),
+        pytest.param("lease.grant.>", id="wildcard-gt"),
+        pytest.param("metrics.*.x", id="wildcard-star"),
+        pytest.param("job.>", id="broad-wildcard"),
+        pytest.param("", id="empty"),
+        pytest.param("JOB.ARRIVED", id="case-sensitive"),
+    ],
+)
+def test_spec_for_rejects(subject: str) -> None:
+    with pytest.raises(UnknownSubjectError, match="no schema for subject") as caught:
+        spec_for(subject)
+    assert isinstance(caught.value, LookupError)
+    assert "job.arrived" in str(caught.value)  # the message lists what would have matched
+
+
+def test_gt_wildcard_matches_one_or_more_tokens() -> None:
+    assert subjects._matches(("a", ">"), ["a", "b"])
+    assert subjects._matches(("a", ">"), ["a", "b", "c"])
+    assert not subjects._matches(("a", ">"), ["a"])
+    assert subjects._matches(("a", "*", "c"), ["a", "x", "c"])
+    assert not subjects._matches(("a", "*", "c"), ["a", "x", "d"])
+
+
+def test_durable_patterns_are_the_lifecycle_subjects() -> None:
+    durable = durable_patterns()
+    assert set(durable) == {
+        "job.arrived", "job.accepted", "job.held", "job.rejected", "job.cancel",
+        "job.started", "job.suspended", "job.completed", "job.failed", "node.register",
+    }  # fmt: skip
+    # Heartbeats, metrics, leases (request-reply) and rounds stay on core NATS.
+    for core in ("node.heartbeat", "metrics.job.x", "metrics.node.x", "lease.grant.x", "schedule.round"):
+        assert not spec_for(core).durable
+    # A JetStream stream's subjects must not overlap; plain tokens never do.
+    assert all("*" not in p and ">" not in p for p in durable)
+
+
+def test_request_reply_subjects() -> None:
+    with_reply = {s.pattern: s.reply_model for s in SUBJECTS if s.reply_model is not None}
+    assert with_reply == {"lease.grant.*": LeaseAck, "lease.revoke.*": LeaseAck}
+
+
+def test_every_wildcard_names_its_token_field() -> None:
+    for spec in SUBJECTS:
+        if "*" in spec.pattern:
+            assert spec.token_field in spec.model.model_fields, spec.pattern
+        else:
+            assert spec.token_field is None, spec.pattern
+        assert spec.description
+        assert "->" in spec.direction
+
+
+def test_helpers_build_concrete_subjects() -> None:
+    assert subjects.lease_grant("node-01") == "lease.grant.node-01"
+    assert subjects.lease_revoke("node-01") == "lease.revoke.node-01"
+    assert subjects.job_metrics("job_7") == "metrics.job.job_7"
+    assert subjects.node_metrics("n1") == "metrics.node.n1"
+    assert subjects.JOB_ARRIVED == "job.arrived"
+    for built in (subjects.lease_grant("a"), subjects.job_metrics("b")):
+        spec_for(built)  # every helper's output resolves
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param("", id="empty"),
+        pytest.param("a.b", id="dot"),
+        pytest.param("a*", id="star"),
+        pytest.param(">", id="gt"),
+        pytest.param("a b", id="space"),
+        pytest.param("a\tb", id="tab"),
+        pytest.param("x" * 65, id="too-long"),
+        pytest.param("-lead", id="leading-dash"),
+    ],
+)
+def test_helpers_reject_invalid_tokens(bad: str) -> None:
+    with pytest.raises(InvalidSubjectTokenError, match="cannot be a subject token"):
+        subjects.lease_grant(bad)
+    with pytest.raises(ValueError, match=r"no '\.', '\*', '>' or spaces"):
+        subjects.job_metrics(bad)
+
+
+@pytest.mark.parametrize(
+    ("event", "subject"),
+    [
+        pytest.param(example(JobArrived), "job.arrived", id="plain"),
+        pytest.param(example(LeaseGrant), "lease.grant.node-02", id="grant-to-its-node"),
+        pytest.param(example(LeaseRevoke), "lease.revoke.node-01", id="revoke-to-coordinator"),
+        pytest.param(example(JobMetrics), "metrics.job.job-0001", id="job-metrics"),
+        pytest.param(example(NodeMetrics), "metrics.node.node-01", id="node-metrics"),
+    ],
+)
+def test_subject_for_event(event: Event, subject: str) -> None:
+    assert subject_for(event) == subject
+    assert spec_for(subject).model is type(event)
+
+
+def test_subject_for_model_without_subject() -> None:
+    with pytest.raises(UnknownSubjectError, match="LeaseAck is not carried by any subject"):
+        subject_for(example(LeaseAck))
