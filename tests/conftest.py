@@ -30,7 +30,8 @@ def namespace() -> str:
 
 @pytest.fixture
 async def bus(broker: Broker, namespace: str) -> AsyncIterator[Bus]:
-    connected = await Bus.connect(broker.url, name=f"test-{namespace}", options=BusOptions(namespace=namespace))
+    options = BusOptions(namespace=namespace)
+    connected = await Bus.connect(broker.url, name=f"test-{namespace}", options=options)
     yield connected
     await connected.close()
 

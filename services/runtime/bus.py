@@ -32,11 +32,10 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from pydantic import ValidationError
-from schemas.codec import MalformedMessageError, decode, encode
-from schemas.subjects import SubjectSpec, durable_patterns, spec_for
 
 from schemas.base import Event, WireModel
+from schemas.codec import MalformedMessageError, decode, decode_as, encode
+from schemas.subjects import SubjectSpec, UnknownSubjectError, durable_patterns, spec_for
 from services.runtime.consumer import ConsumerOptions, DurableConsumer
 from services.runtime.kv import KVBucket
 
@@ -149,7 +148,7 @@ class Bus:
             name=name,
             allow_reconnect=True,
             max_reconnect_attempts=-1,
-            reconnect_time_wait=options.reconnect_wait_s,  # type: ignore[arg-type]  # float works
+            reconnect_time_wait=options.reconnect_wait_s,
             disconnected_cb=on_disconnected,
             reconnected_cb=on_reconnected,
             error_cb=on_error,
@@ -321,7 +320,7 @@ class Bus:
         subject = self.unwire(msg.subject)
         try:
             return decode(subject, msg.data)
-        except MalformedMessageError as exc:
+        except (MalformedMessageError, UnknownSubjectError) as exc:
             self._count_malformed(subject)
             log.warning("dropped malformed message: %s", exc)
             return None
@@ -339,10 +338,7 @@ class Bus:
         msg = await self.nc.request(self.wire(subject), encode(event), timeout=timeout_s)
         if msg.headers and ERROR_HEADER in msg.headers:
             raise RemoteError(f"{subject}: {msg.headers[ERROR_HEADER]}")
-        try:
-            return reply.model_validate_json(msg.data)
-        except ValidationError as exc:
-            raise MalformedMessageError(f"reply on {subject}: {exc}") from exc
+        return decode_as(reply, msg.data, subject=subject)
 
     async def serve(
         self,

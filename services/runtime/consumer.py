@@ -16,6 +16,7 @@ fetches again; the durable consumer itself lives on the server (file storage), s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,9 +26,9 @@ import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from schemas.codec import MalformedMessageError, decode
 
 from schemas.base import Event
+from schemas.codec import MalformedMessageError, decode
 
 if TYPE_CHECKING:
     from services.runtime.bus import Bus
@@ -48,6 +49,8 @@ class ConsumerOptions:
     """Deliveries before a failing message is dead-lettered."""
     retry_backoff_s: float = 0.2
     """First retry delay after a handler error; doubles per delivery, capped at 10 s."""
+    stop_timeout_s: float = 10.0
+    """How long stop() waits for the message in hand before cancelling its handler."""
     deliver_new_only: bool = False
     """Start at new messages only instead of the beginning of the stream (first creation only)."""
 
@@ -100,10 +103,13 @@ class DurableConsumer(Generic[E]):
         self._stopping.set()
         if self._task is not None:
             try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout=self.options.fetch_timeout_s + 5)
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=self.options.stop_timeout_s)
             except TimeoutError:
                 self._task.cancel()
             self._task = None
+        # An outstanding pull request would otherwise hold the connection's drain until it expires.
+        with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+            await self._sub.unsubscribe()
 
     async def _run(self) -> None:
         backoff = 0.05

@@ -153,7 +153,7 @@ class KVWatcher:
         task, self._task = self._task, None
         if inner is not None:
             with contextlib.suppress(nats.errors.Error, nats.js.errors.Error, TimeoutError):
-                await inner.stop()
+                await inner.stop()  # type: ignore[no-untyped-call]
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -67,9 +67,12 @@ def _micro_version() -> str:
 
 
 async def _announce(bus: Bus, service: RoundhouseService) -> MicroService:
-    def stats_handler(_: EndpointStats) -> dict[str, Any]:
+    def current_stats() -> dict[str, Any]:
         uptime_s = time.time() - service.started_at
         return {"service": service.stats(), "bus": bus.stats.as_dict(), "uptime_s": uptime_s}
+
+    def stats_handler(_: EndpointStats) -> dict[str, Any]:
+        return current_stats()
 
     micro = await add_service(
         bus.nc,
@@ -83,7 +86,7 @@ async def _announce(bus: Bus, service: RoundhouseService) -> MicroService:
     )
 
     async def on_stats(request: Request) -> None:
-        await request.respond(json.dumps(stats_handler(EndpointStats(name="stats", subject=""))).encode())
+        await request.respond(json.dumps(current_stats()).encode())
 
     prefix = bus.wire(f"rh.{service.kind}")
     await micro.add_endpoint(name="stats", subject=f"{prefix}.stats", handler=on_stats)
