@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from schemas.base import SCHEMA_VERSION, Event, WireModel
-from schemas.subjects import SubjectSpec, spec_for
+from schemas.subjects import SUBJECTS, SubjectSpec, spec_for
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -39,6 +39,10 @@ MAX_MESSAGE_BYTES: Final = 8 * 1024 * 1024
 _MAX_LISTED_ERRORS: Final = 8
 
 M = TypeVar("M", bound=WireModel)
+
+_TOKEN_INDEX: Final[dict[str, int]] = {
+    s.pattern: s.pattern.split(".").index("*") for s in SUBJECTS if s.token_field is not None
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +128,7 @@ def decode_as(model: type[M], data: bytes, *, subject: str = "") -> M:
 def _check_token(spec: SubjectSpec, subject: str, event: Event) -> None:
     if spec.token_field is None:
         return
-    index = spec.pattern.split(".").index("*")
-    token = subject.split(".")[index]
+    token = subject.split(".")[_TOKEN_INDEX[spec.pattern]]
     value = getattr(event, spec.token_field)
     if value != token:
         raise MalformedMessageError(

@@ -252,6 +252,10 @@ _BY_PATTERN: Final[dict[str, SubjectSpec]] = {s.pattern: s for s in SUBJECTS}
 _WILD: Final[tuple[tuple[tuple[str, ...], SubjectSpec], ...]] = tuple(
     (_split(s.pattern), s) for s in SUBJECTS if any(map(_is_wildcard, _split(s.pattern)))
 )
+_BY_PREFIX: Final[dict[str, SubjectSpec]] = {
+    s.pattern[:-2]: s for s in SUBJECTS if s.pattern.endswith(".*") and s.pattern.count("*") == 1
+}
+"""Fast path for the common ``<prefix>.*`` shape (``metrics.job.*``): one dict lookup per message."""
 _BY_MODEL: Final[dict[type[Event], SubjectSpec]] = {s.model: s for s in SUBJECTS}
 
 
@@ -276,6 +280,11 @@ def spec_for(subject: str) -> SubjectSpec:
     found = _BY_PATTERN.get(subject)
     if found is not None:
         return found
+    prefix, _, last = subject.rpartition(".")
+    if last and not _is_wildcard(last):
+        found = _BY_PREFIX.get(prefix)
+        if found is not None:
+            return found
     tokens = subject.split(".")
     if all(tokens) and not any(map(_is_wildcard, tokens)):
         for pattern, spec in _WILD:
