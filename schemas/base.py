@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -39,8 +39,26 @@ class WireModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False, allow_inf_nan=False)
 
 
+ENVELOPE_FIELDS: Final = ("event_id", "ts", "schema_version")
+"""Defaulted when a model is built in Python, but required in a message: a consumer must never
+invent a dedup key or a timestamp for someone else's event (``schemas.codec`` enforces this)."""
+
+
+def _require_envelope(schema: dict[str, Any]) -> None:
+    required = schema.setdefault("required", [])
+    if isinstance(required, list):
+        required[:0] = [name for name in ENVELOPE_FIELDS if name not in required]
+
+
 class Event(WireModel):
-    """A fact or command published on the bus."""
+    """A fact or command published on the bus.
+
+    ``event_id``, ``ts`` and ``schema_version`` are filled in when a model is built in Python, but a
+    message must carry them: the JSON Schema lists them as required and the codec refuses a
+    message without them.
+    """
+
+    model_config = ConfigDict(json_schema_extra=_require_envelope)
 
     event_id: uuid.UUID = Field(default_factory=uuid.uuid4, description="Unique id; the dedup key.")
     ts: float = Field(

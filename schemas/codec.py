@@ -20,7 +20,7 @@ from typing import Final, TypeVar
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from schemas.base import SCHEMA_VERSION, Event, WireModel
+from schemas.base import ENVELOPE_FIELDS, SCHEMA_VERSION, Event, WireModel
 from schemas.subjects import SUBJECTS, SubjectSpec, spec_for
 
 __all__ = [
@@ -116,13 +116,26 @@ def decode_as(model: type[M], data: bytes, *, subject: str = "") -> M:
             [FieldError("(message)", "message_too_large", f"{len(data)} bytes; at most {MAX_MESSAGE_BYTES}")],
         )
     try:
-        return model.model_validate_json(data)
+        decoded = model.model_validate_json(data)
     except ValidationError as exc:
         details = exc.errors(include_url=False)
         version = _newer_version(details)
         if version is not None:
             raise UnsupportedSchemaVersionError(subject, model.__name__, version) from None
         raise MalformedMessageError(subject, model.__name__, _field_errors(details)) from None
+    if isinstance(decoded, Event):
+        given = decoded.model_fields_set
+        missing = [name for name in ENVELOPE_FIELDS if name not in given]
+        if missing:
+            raise MalformedMessageError(
+                subject,
+                model.__name__,
+                [
+                    FieldError(name, "missing", "Field required in a message (the publisher sets it)")
+                    for name in missing
+                ],
+            )
+    return decoded
 
 
 def _check_token(spec: SubjectSpec, subject: str, event: Event) -> None:

@@ -35,6 +35,7 @@ def test_prints_every_subject_and_model(capsys: pytest.CaptureFixture[str]) -> N
         assert schema["additionalProperties"] is False
         # Every event carries the envelope fields, and publishers must send the required ones.
         assert {"event_id", "ts", "schema_version"} <= set(schema["properties"])
+        assert {"event_id", "ts", "schema_version"} <= set(schema["required"])
         assert set(schema.get("required", [])) >= {
             name for name, field in spec.model.model_fields.items() if field.is_required()
         }

@@ -131,10 +131,29 @@ def test_decode_reply() -> None:
         decode_reply("lease.revoke.n", encode(ack).replace(b'"error":"stale_epoch"', b'"error":null'))
 
 
-def test_decode_accepts_memory_of_other_publishers() -> None:
+ENVELOPE = b'"event_id": "0b7d3c52-8f0e-4d1e-a2a5-2f3c4d5e6f70", "ts": 1700000000, "schema_version": 1'
+
+
+def test_decode_accepts_messages_of_other_publishers() -> None:
     """A non-Python publisher may order keys differently, omit defaults and send ints for floats."""
-    data = b'{"spec": {"command": ["python", "t.py"], "name": "x", "cpus": 2}, "job_id": "j1"}'
+    data = (
+        b'{"spec": {"command": ["python", "t.py"], "name": "x", "cpus": 2}, "job_id": "j1", '
+        + ENVELOPE
+        + b"}"
+    )
     event = decode("job.arrived", data)
     assert isinstance(event, JobArrived)
     assert event.spec.cpus == 2.0
+    assert event.ts == 1_700_000_000.0
     assert event.schema_version == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize("dropped", ["event_id", "ts", "schema_version"])
+def test_decode_requires_the_envelope(dropped: str) -> None:
+    """Python fills event_id/ts in when building a model; a message must carry them (dedup, ordering)."""
+    data = json.loads(b'{"job_id": "j1", "spec": {"command": ["p"], "name": "x"}, ' + ENVELOPE + b"}")
+    del data[dropped]
+    with pytest.raises(MalformedMessageError) as caught:
+        decode("job.arrived", json.dumps(data).encode())
+    assert [(e.field, e.rule) for e in caught.value.errors] == [(dropped, "missing")]
+    assert f"{dropped}: missing" in str(caught.value)
