@@ -6,6 +6,10 @@ Workers report facts about a lease they hold: :class:`JobStarted`, then one of
 :class:`JobSuspended` (stopped, resumable from a checkpoint), :class:`JobCompleted` or
 :class:`JobFailed`. All of these are durable (JetStream) and deduplicated by ``event_id``, so a
 consumer may see one twice after a redelivery and must apply it idempotently (e.g. by lease id).
+
+For a multi-node job every node's agent reports :class:`JobStarted` for its own part (``node_id``
+tells them apart; the job runs once all parts have started), while the coordinator (rank 0's node)
+reports the job-wide :class:`JobSuspended`, :class:`JobCompleted` and :class:`JobFailed`.
 """
 
 from __future__ import annotations
