@@ -13,6 +13,7 @@ pydantic-core (no intermediate ``dict``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
@@ -37,6 +38,7 @@ __all__ = [
 MAX_MESSAGE_BYTES: Final = 8 * 1024 * 1024
 """Largest payload decoded. NATS's own ``max_payload`` (1 MiB by default) usually binds first."""
 _MAX_LISTED_ERRORS: Final = 8
+_ENVELOPE: Final = frozenset(ENVELOPE_FIELDS)
 
 M = TypeVar("M", bound=WireModel)
 
@@ -123,9 +125,8 @@ def decode_as(model: type[M], data: bytes, *, subject: str = "") -> M:
         if version is not None:
             raise UnsupportedSchemaVersionError(subject, model.__name__, version) from None
         raise MalformedMessageError(subject, model.__name__, _field_errors(details)) from None
-    if isinstance(decoded, Event):
-        given = decoded.model_fields_set
-        missing = [name for name in ENVELOPE_FIELDS if name not in given]
+    if isinstance(decoded, Event) and not decoded.model_fields_set >= _ENVELOPE:
+        missing = [name for name in ENVELOPE_FIELDS if name not in decoded.model_fields_set]
         if missing:
             raise MalformedMessageError(
                 subject,
@@ -138,10 +139,20 @@ def decode_as(model: type[M], data: bytes, *, subject: str = "") -> M:
     return decoded
 
 
-def _check_token(spec: SubjectSpec, subject: str, event: Event) -> None:
+@functools.lru_cache(maxsize=16_384)
+def _route(subject: str) -> tuple[SubjectSpec, str | None]:
+    """The subject's entry and, for a pattern with a token, the token the payload must carry.
+
+    Cached: a process sees few distinct subjects, and this is on every received message's path.
+    """
+    spec = spec_for(subject)
     if spec.token_field is None:
-        return
-    token = subject.split(".")[_TOKEN_INDEX[spec.pattern]]
+        return spec, None
+    return spec, subject.split(".")[_TOKEN_INDEX[spec.pattern]]
+
+
+def _check_token(spec: SubjectSpec, subject: str, token: str, event: Event) -> None:
+    assert spec.token_field is not None
     value = getattr(event, spec.token_field)
     if value != token:
         raise MalformedMessageError(
@@ -164,9 +175,10 @@ def decode(subject: str, data: bytes) -> Event:
     :class:`MalformedMessageError` (or its subclass :class:`UnsupportedSchemaVersionError`) for a
     payload that is not a valid instance of the subject's model.
     """
-    spec = spec_for(subject)
+    spec, token = _route(subject)
     event = decode_as(spec.model, data, subject=subject)
-    _check_token(spec, subject, event)
+    if token is not None:
+        _check_token(spec, subject, token, event)
     return event
 
 
