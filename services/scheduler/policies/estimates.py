@@ -57,6 +57,20 @@ def remaining_seconds(job: JobState) -> float | None:
     return None
 
 
+def estimates(job: JobState) -> tuple[float, float] | None:
+    """(remaining seconds, total seconds) in one pass, or None when the job has no estimate."""
+    spec = job.spec
+    iterations, per_iteration = spec.expected_iterations, job.iteration_time_s
+    if iterations is not None and per_iteration is not None:
+        left = (iterations - job.iterations_done) * per_iteration
+        return (left if left > 0 else 0.0), iterations * per_iteration
+    duration = spec.expected_duration_s
+    if duration is not None:
+        left = duration - job.executed_time
+        return (left if left > 0 else 0.0), duration
+    return None
+
+
 def total_seconds(job: JobState) -> float | None:
     """Seconds the whole job takes running alone on its GPUs; ``None`` if unknown."""
     spec = job.spec

@@ -34,6 +34,7 @@ from services.core.state import ClusterState, JobState
 from services.scheduler.policies.estimates import (
     MissingEstimate,
     MissingEstimateError,
+    estimates,
     parse_missing,
     remaining_seconds,
 )
@@ -74,7 +75,9 @@ class SrtfPolicy:
             missing = [j.job_id for j in jobs.values() if remaining_seconds(j) is None]
             if missing:
                 raise MissingEstimateError(self.name, missing)
-        key = self.sort_key
-        keyed = [(key(j, now), j.job_id) for j in jobs.values()]
+        keyed: list[tuple[float, float, int, str]] = []
+        for job in jobs.values():  # sort_key, inlined: this loop runs over every job each round
+            both = estimates(job)
+            keyed.append((_UNKNOWN if both is None else both[0], job.submit_time, job.seq, job.job_id))
         keyed.sort()
-        return Ranking(order=tuple(jid for _, jid in keyed))
+        return Ranking(order=tuple(k[3] for k in keyed))

@@ -10,10 +10,10 @@ How the two times are estimated (the paper measures them with an agent; a policy
 snapshot):
 
 * ``T_alone`` is the job's run time alone on its requested GPUs:
-  :func:`~services.scheduler.policies.estimates.total_seconds` (iterations x iteration time, else
+  :func:`~services.scheduler.policies.estimates.estimates` (iterations x iteration time, else
   ``expected_duration_s``).
 * ``T_shared = (now - submit_time) + remaining``: time already spent in the system plus the
-  remaining run time (:func:`~services.scheduler.policies.estimates.remaining_seconds`) if the
+  remaining run time (same function) if the
   job held its GPUs from now on. It is the earliest finish the job can still reach, so rho grows
   while a job waits and stays constant while it runs, which is the signal the policy needs.
 * ``T_ideal = T_alone / share``, where ``share = min(1, C / (N x g))`` is the fraction of time a
@@ -40,18 +40,17 @@ from services.core.state import ClusterState, JobState
 from services.scheduler.policies.estimates import (
     MissingEstimate,
     MissingEstimateError,
+    estimates,
     parse_missing,
-    remaining_seconds,
-    total_seconds,
 )
 
 
 def finish_time_fairness(job: JobState, now: float, active_jobs: int, total_gpus: int) -> float | None:
     """rho = T_shared / T_ideal for one job, or None when the job has no runtime estimate."""
-    alone = total_seconds(job)
-    left = remaining_seconds(job)
-    if alone is None or left is None:
+    both = estimates(job)
+    if both is None:
         return None
+    left, alone = both
     share = min(1.0, total_gpus / (max(1, active_jobs) * job.gpus_requested)) if total_gpus > 0 else 1.0
     ideal = alone / share
     shared = max(0.0, now - job.submit_time) + left

@@ -124,6 +124,27 @@ class TiresiasPolicy:
         return due if due > now else math.inf
 
     def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
+        # sort_key, inlined for the common cases: this loop runs over every job each round.
+        thresholds = self.queue_thresholds_gpu_s
+        top = thresholds[0]
+        knob = self.promote_knob
         key = self.sort_key
-        ordered = sorted(jobs.values(), key=lambda j: key(j, now))
-        return Ranking(order=tuple(j.job_id for j in ordered))
+        queued = JobStatus.QUEUED
+        keyed: list[tuple[tuple[int, bool, float, float, int], str]] = []
+        for job in jobs.values():
+            service = job.attained_service
+            if service < top:  # Q1: nothing to promote
+                waiting = job.status is not JobStatus.RUNNING
+                keyed.append(((0, waiting, job.submit_time, job.submit_time, job.seq), job.job_id))
+            elif job.status is queued:
+                queue, entered = bisect_right(thresholds, service), job.submit_time
+                executed = job.executed_time
+                if knob is not None and executed > 0:
+                    since = job.queued_since if job.queued_since is not None else job.last_preempt_time
+                    if since is not None and now >= since + knob * executed:
+                        queue, entered = 0, since + knob * executed
+                keyed.append(((queue, True, entered, job.submit_time, job.seq), job.job_id))
+            else:
+                keyed.append((key(job, now), job.job_id))
+        keyed.sort()
+        return Ranking(order=tuple(k[1] for k in keyed))
