@@ -1,4 +1,9 @@
-"""Conversions between the typed records and table rows (plain dicts for Core bulk statements)."""
+"""Conversions between the typed records and table rows.
+
+Rows headed for the batched writer are tuples in the table's column order (``*_COLUMNS``), which the
+writer binds positionally: building and binding a tuple costs a fraction of a keyword dict, and at
+tens of thousands of rows per second that difference is most of the writer's CPU time.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ from typing import TypeAlias
 
 import orjson
 
-from schemas.job import JobSpec
+from schemas.job import JobClass, JobSpec
 from services.core.decisions import Plan
 from services.core.state import JobStatus
 from services.runtime.store.records import (
@@ -17,34 +22,57 @@ from services.runtime.store.records import (
     LeaseState,
     RoundRecord,
 )
-from services.runtime.store.tables import JobRow, LeaseRow, RoundRow
+from services.runtime.store.tables import (
+    JobRow,
+    LeaseRow,
+    RoundRow,
+    applied_table,
+    jobs_table,
+    leases_table,
+    rounds_table,
+)
 
 RowValue: TypeAlias = str | int | float | None
+RowTuple: TypeAlias = tuple[RowValue, ...]
 RowDict: TypeAlias = dict[str, RowValue]
 
+JOB_COLUMNS: tuple[str, ...] = tuple(c.name for c in jobs_table.c)
+LEASE_COLUMNS: tuple[str, ...] = tuple(c.name for c in leases_table.c)
+ROUND_COLUMNS: tuple[str, ...] = tuple(c.name for c in rounds_table.c)
+APPLIED_COLUMNS: tuple[str, ...] = tuple(c.name for c in applied_table.c)
 
-def job_to_row(job: JobRecord) -> RowDict:
+# Plain-str values of the enums, looked up by member: cheaper than the ``.value`` descriptor.
+_STATUS = {s: s.value for s in JobStatus}
+_CLASS = {c: c.value for c in JobClass}
+_LEASE_STATE = {s: s.value for s in LeaseState}
+
+
+def job_to_row(job: JobRecord) -> RowTuple:
+    """A job as a ``JOB_COLUMNS`` tuple."""
     spec = job.spec
-    return {
-        "job_id": job.job_id,
-        "spec": spec.model_dump_json(),
-        "status": job.status.value,
-        "user_name": spec.user,
-        "job_class": spec.job_class.value,
-        "gpus": spec.gpus,
-        "submit_time": job.submit_time,
-        "admit_time": job.admit_time,
-        "first_start_time": job.first_start_time,
-        "last_start_time": job.last_start_time,
-        "last_preempt_time": job.last_preempt_time,
-        "finish_time": job.finish_time,
-        "attained_service": job.attained_service,
-        "executed_time": job.executed_time,
-        "iterations_done": job.iterations_done,
-        "preemptions": job.preemptions,
-        "checkpoint_path": job.checkpoint_path,
-        "version": job.version,
-    }
+    return (
+        job.job_id,
+        spec.model_dump_json(),
+        _STATUS[job.status],
+        spec.user,
+        _CLASS[spec.job_class],
+        spec.gpus,
+        job.submit_time,
+        job.admit_time,
+        job.first_start_time,
+        job.last_start_time,
+        job.last_preempt_time,
+        job.finish_time,
+        job.attained_service,
+        job.executed_time,
+        job.iterations_done,
+        job.preemptions,
+        job.checkpoint_path,
+        job.seq,
+        job.queued_since,
+        job.longest_wait_s,
+        job.version,
+    )
 
 
 def job_from_row(row: JobRow) -> JobRecord:
@@ -63,6 +91,9 @@ def job_from_row(row: JobRow) -> JobRecord:
         iterations_done=row.iterations_done,
         preemptions=row.preemptions,
         checkpoint_path=row.checkpoint_path,
+        seq=row.seq,
+        queued_since=row.queued_since,
+        longest_wait_s=row.longest_wait_s,
         version=row.version,
     )
 
@@ -86,17 +117,18 @@ def changes_to_row(job_id: str, changes: JobChanges) -> RowDict:
     return row
 
 
-def lease_to_row(lease: LeaseRecord) -> RowDict:
-    return {
-        "lease_id": lease.lease_id,
-        "job_id": lease.job_id,
-        "node_id": lease.node_id,
-        "gpu_indices": orjson.dumps(list(lease.gpu_indices)).decode(),
-        "epoch": lease.epoch,
-        "state": lease.state.value,
-        "granted_at": lease.granted_at,
-        "revoke_deadline": lease.revoke_deadline,
-    }
+def lease_to_row(lease: LeaseRecord) -> RowTuple:
+    """A lease as a ``LEASE_COLUMNS`` tuple."""
+    return (
+        lease.lease_id,
+        lease.job_id,
+        lease.node_id,
+        orjson.dumps(list(lease.gpu_indices)).decode(),
+        lease.epoch,
+        _LEASE_STATE[lease.state],
+        lease.granted_at,
+        lease.revoke_deadline,
+    )
 
 
 def lease_from_row(row: LeaseRow) -> LeaseRecord:
@@ -141,14 +173,9 @@ def plan_from_json(text: str) -> Plan:
     )
 
 
-def round_to_row(rnd: RoundRecord) -> RowDict:
-    return {
-        "round_number": rnd.round_number,
-        "epoch": rnd.epoch,
-        "state_version": rnd.state_version,
-        "decided_at": rnd.decided_at,
-        "plan": plan_to_json(rnd.plan),
-    }
+def round_to_row(rnd: RoundRecord) -> RowTuple:
+    """A round as a ``ROUND_COLUMNS`` tuple."""
+    return (rnd.round_number, rnd.epoch, rnd.state_version, rnd.decided_at, plan_to_json(rnd.plan))
 
 
 def round_from_row(row: RoundRow) -> RoundRecord:

@@ -37,6 +37,11 @@ class JobRecord:
     iterations_done: int = 0
     preemptions: int = 0
     checkpoint_path: str | None = None
+    seq: int = 0
+    """Submission sequence number assigned by the scheduler (ties in every ranking break on it)."""
+    queued_since: float | None = None
+    """When the job last started waiting for GPUs; None while running or finished."""
+    longest_wait_s: float = 0.0
     version: int = 1
     """Row version: 1 when added, +1 on every update. Pass it as ``expected_version`` to update."""
 
@@ -109,6 +114,8 @@ class JobChanges(TypedDict, total=False):
     iterations_done: int
     preemptions: int
     checkpoint_path: str | None
+    queued_since: float | None
+    longest_wait_s: float
 
 
 JOB_CHANGE_FIELDS: frozenset[str] = frozenset(JobChanges.__annotations__)

@@ -25,11 +25,11 @@ from services.runtime.store.errors import SchemaVersionError, StoreConfigError
 from services.runtime.store.ops import (
     AppliedMark,
     DeleteLeases,
-    Dialect,
     InsertJobs,
     PruneAppliedEvents,
     RecordRound,
     SetMeta,
+    Statements,
     UpdateJob,
     UpsertLeases,
     WriteOp,
@@ -102,8 +102,7 @@ class Store:
         except BaseException:
             await engine.dispose()
             raise
-        dialect = Dialect.for_backend(engine.dialect.name, engine.dialect.supports_sane_multi_rowcount)
-        writer = BatchWriter(engine, dialect, config)
+        writer = BatchWriter(engine, Statements(engine.dialect), config)
         writer.start()
         return cls(engine, writer, url)
 

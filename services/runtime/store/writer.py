@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.runtime.store.engine import WRITER_OPTIONS, StoreConfig
 from services.runtime.store.errors import ConstraintViolationError, StoreClosedError
-from services.runtime.store.ops import AppliedMark, Dialect, Step, claim_event, claim_events, run_steps
+from services.runtime.store.ops import AppliedMark, Statements, Step, claim_event, claim_events, run_steps
 from services.runtime.store.records import WriterStats
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,8 @@ class _Request:
         self.steps = steps
         self.mark = mark
         self.future = future
-        self.rows = sum(len(s.rows) for s in steps) + (mark is not None)
+        rows = len(steps[0].rows) if len(steps) == 1 else sum(len(s.rows) for s in steps)
+        self.rows = rows + 1 if mark is not None else rows
 
 
 def _translate(exc: BaseException) -> BaseException:
@@ -56,12 +58,15 @@ def _translate(exc: BaseException) -> BaseException:
 class BatchWriter:
     """Owns the write queue and the task that drains it. Created and started by ``Store.open``."""
 
-    def __init__(self, engine: AsyncEngine, dialect: Dialect, config: StoreConfig) -> None:
+    def __init__(self, engine: AsyncEngine, statements: Statements, config: StoreConfig) -> None:
         self._engine = engine
-        self._dialect = dialect
+        self._st = statements
         self._max_rows = config.max_batch_rows
         self._linger_s = config.linger_s
-        self._queue: asyncio.Queue[_Request | None] = asyncio.Queue()
+        # A deque and a wake-up future rather than an asyncio.Queue: enqueue is on every caller's
+        # path and the writer takes hundreds of requests at a time.
+        self._pending: deque[_Request] = deque()
+        self._wakeup: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._transactions = 0
@@ -82,84 +87,92 @@ class BatchWriter:
             failed_requests=self._failed,
         )
 
+    @property
+    def pending(self) -> int:
+        """Requests queued and not yet taken into a batch."""
+        return len(self._pending)
+
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="roundhouse-store-writer")
 
     def enqueue(self, steps: list[Step], mark: AppliedMark | None) -> asyncio.Future[bool]:
         """Queue one atomic request; the future resolves after its batch commits (True), or to False
         when ``mark`` names an event already applied, or to the request's exception."""
-        if self._closing or self._task is None or self._task.done():
+        task = self._task
+        if self._closing or task is None or task.done():
             raise StoreClosedError("the store is closed (or its writer stopped); open a new Store to write")
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Request(steps, mark, future))
+        future: asyncio.Future[bool] = task.get_loop().create_future()
+        self._pending.append(_Request(steps, mark, future))
+        self._wake()
         return future
+
+    def _wake(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
 
     async def close(self) -> None:
         """Commit everything queued so far, then stop the task."""
-        if self._closing:
-            if self._task is not None:
-                await asyncio.shield(self._task)
-            return
         self._closing = True
         if self._task is None:
             return
-        self._queue.put_nowait(None)
+        self._wake()
         await asyncio.shield(self._task)
 
     # --- the task --------------------------------------------------------------------------------
     async def _run(self) -> None:
+        pending = self._pending
+        loop = asyncio.get_running_loop()
         batch: list[_Request] = []
         try:
-            stopping = False
-            while not stopping:
-                first = await self._queue.get()
-                if first is None:
-                    break
-                batch = [first]
-                stopping, rows = self._drain(batch, first.rows)
-                if not stopping and rows < self._max_rows and self._linger_s > 0:
-                    await asyncio.sleep(self._linger_s)
-                    stopping, rows = self._drain(batch, rows)
+            while True:
+                if not pending:
+                    if self._closing:
+                        return
+                    self._wakeup = loop.create_future()
+                    await self._wakeup
+                    self._wakeup = None
+                    # Woken from idle: give concurrent callers a moment to join this batch. Under
+                    # load the queue is never empty after a commit, and batches form without waiting.
+                    if self._linger_s > 0 and not self._closing:
+                        await asyncio.sleep(self._linger_s)
+                    continue
+                batch = []
+                rows = 0
+                while pending and rows < self._max_rows:
+                    req = pending.popleft()
+                    batch.append(req)
+                    rows += req.rows
                 await self._commit(batch)
                 batch = []
         finally:
-            # Only reached with requests left on a crash or cancellation: fail them loudly.
+            # Reached with requests left only on a crash or cancellation: fail them loudly.
             self._closing = True
-            pending = [r for r in batch if not r.future.done()]
-            while not self._queue.empty():
-                req = self._queue.get_nowait()
-                if req is not None:
-                    pending.append(req)
-            for req in pending:
+            batch.extend(pending)
+            pending.clear()
+            for req in batch:
                 if not req.future.done():
                     req.future.set_exception(
                         StoreClosedError("the store writer stopped before this write committed")
                     )
 
-    def _drain(self, batch: list[_Request], rows: int) -> tuple[bool, int]:
-        queue = self._queue
-        while rows < self._max_rows:
-            try:
-                req = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return False, rows
-            if req is None:
-                return True, rows
-            batch.append(req)
-            rows += req.rows
-        return False, rows
-
     async def _commit(self, batch: list[_Request]) -> None:
         self._batches += 1
+        self._requests += len(batch)
         outcomes: list[_Outcome]
         try:
-            outcomes = list(await self._write_batch(batch))
+            flags = await self._write_batch(batch)
         except Exception as exc:
             log.debug("batch of %d requests failed (%s); retrying request by request", len(batch), exc)
             self._isolated += 1
             outcomes = await self._write_isolated(batch)
+        else:
+            for req, flag in zip(batch, flags, strict=True):
+                self._rows += req.rows
+                if not req.future.done():
+                    req.future.set_result(flag)
+            return
         for req, outcome in zip(batch, outcomes, strict=True):
-            self._requests += 1
             if isinstance(outcome, BaseException):
                 self._failed += 1
                 if not req.future.done():
@@ -173,9 +186,13 @@ class BatchWriter:
         async with self._engine.connect() as conn:
             await conn.execution_options(**WRITER_OPTIONS)
             async with conn.begin():
-                flags = await claim_events(conn, [r.mark for r in batch])
-                steps = [s for r, run in zip(batch, flags, strict=True) if run for s in r.steps]
-                await run_steps(conn, self._dialect, steps, exact=False)
+                if any(r.mark is not None for r in batch):
+                    flags = await claim_events(conn, self._st, [r.mark for r in batch])
+                    steps = [s for r, run in zip(batch, flags, strict=True) if run for s in r.steps]
+                else:
+                    flags = [True] * len(batch)
+                    steps = [s for r in batch for s in r.steps]
+                await run_steps(conn, self._st, steps, exact=False)
         self._transactions += 1
         return flags
 
@@ -188,11 +205,9 @@ class BatchWriter:
                     for req in batch:
                         savepoint = await conn.begin_nested()
                         try:
-                            run = (
-                                True if req.mark is None else await claim_event(conn, self._dialect, req.mark)
-                            )
+                            run = True if req.mark is None else await claim_event(conn, self._st, req.mark)
                             if run:
-                                await run_steps(conn, self._dialect, req.steps, exact=True)
+                                await run_steps(conn, self._st, req.steps, exact=True)
                         except Exception as exc:
                             await savepoint.rollback()
                             outcomes.append(_translate(exc))

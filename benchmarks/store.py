@@ -1,0 +1,202 @@
+"""Store write throughput: single-row commits vs the batched writer, in one run.
+
+Baseline: one caller awaiting ``add_jobs([job])`` in a loop with lingering off, so every job is its
+own transaction (what a naive repository does). Batched: the same single-job requests issued
+concurrently, which the writer folds into a few large transactions; once from a pipelining producer
+(``submit_nowait`` for every job, then wait), once from many concurrent callers that each ``await``
+their write (how request handlers use it). Rows per second and the ratio to the baseline are printed
+for SQLite (a temporary data directory) and, when one is reachable, PostgreSQL (a throw-away schema).
+
+    python -m benchmarks.store [--rows 60000] [--postgres URL | --no-postgres]
+
+Target (issue 2): batched >= 30,000 rows/s on SQLite on the project's CI machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from schemas.job import JobClass, JobSpec
+from services.runtime.store import InsertJobs, JobRecord, Store, StoreConfig
+
+DEFAULT_POSTGRES = "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+TARGET_SQLITE_ROWS_PER_S = 30_000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    backend: str
+    mode: str
+    rows: int
+    seconds: float
+    transactions: int
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else float("inf")
+
+
+def make_jobs(count: int, prefix: str) -> list[JobRecord]:
+    """Distinct, realistic jobs (built before timing: submission parsing is not the store's cost)."""
+    users = [f"user{i}" for i in range(16)]
+    jobs: list[JobRecord] = []
+    for i in range(count):
+        spec = JobSpec(
+            name=f"train-{i}",
+            user=users[i % len(users)],
+            command=["python", "train.py", "--lr", "0.1", f"--seed={i}"],
+            gpus=1 << (i % 4),
+            job_class=JobClass.TE if i % 3 == 0 else JobClass.BE,
+            model="resnet50",
+        )
+        jobs.append(JobRecord(job_id=f"{prefix}-{i}", spec=spec, submit_time=float(i)))
+    return jobs
+
+
+async def _timed(
+    store: Store, backend: str, mode: str, count: int, body: Callable[[], Awaitable[None]]
+) -> Measurement:
+    before = store.stats.transactions
+    start = time.perf_counter()
+    await body()
+    elapsed = time.perf_counter() - start
+    return Measurement(backend, mode, count, elapsed, store.stats.transactions - before)
+
+
+async def measure_single(target: str, backend: str, jobs: Sequence[JobRecord], schema: str | None) -> Measurement:
+    store = await Store.open(target, config=StoreConfig(linger_s=0.0), schema=schema)
+    try:
+
+        async def body() -> None:
+            for job in jobs:
+                await store.add_jobs([job])
+
+        return await _timed(store, backend, "single-row commits", len(jobs), body)
+    finally:
+        await store.close()
+
+
+async def measure_pipelined(target: str, backend: str, jobs: Sequence[JobRecord], schema: str | None) -> Measurement:
+    store = await Store.open(target, schema=schema)
+    try:
+
+        async def body() -> None:
+            futures = [store.submit_nowait([InsertJobs((job,))]) for job in jobs]
+            await asyncio.gather(*futures)
+
+        return await _timed(store, backend, "batched, pipelined", len(jobs), body)
+    finally:
+        await store.close()
+
+
+async def measure_callers(
+    target: str, backend: str, jobs: Sequence[JobRecord], schema: str | None, callers: int
+) -> Measurement:
+    store = await Store.open(target, schema=schema)
+    try:
+
+        async def caller(share: Sequence[JobRecord]) -> None:
+            for job in share:
+                await store.add_jobs([job])
+
+        async def body() -> None:
+            await asyncio.gather(*(caller(jobs[i::callers]) for i in range(callers)))
+
+        return await _timed(store, backend, f"batched, {callers} callers", len(jobs), body)
+    finally:
+        await store.close()
+
+
+async def run_backend(
+    target: str, backend: str, rows: int, single_rows: int, callers: int, schema: str | None = None
+) -> list[Measurement]:
+    tag = uuid.uuid4().hex[:8]
+    return [
+        await measure_single(target, backend, make_jobs(single_rows, f"s{tag}"), schema),
+        await measure_pipelined(target, backend, make_jobs(rows, f"p{tag}"), schema),
+        await measure_callers(target, backend, make_jobs(rows, f"c{tag}"), schema, callers),
+    ]
+
+
+async def _postgres_reachable(url: str) -> str | None:
+    """None when ``url`` accepts connections, else the reason it does not."""
+    try:
+        import asyncpg
+    except ImportError:
+        return "asyncpg is not installed (pip install 'roundhouse[postgres]')"
+    dsn = url.replace("postgresql+asyncpg://", "postgresql://", 1)
+    try:
+        conn = await asyncpg.connect(dsn, timeout=2)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    await conn.close()
+    return None
+
+
+async def _drop_schema(url: str, schema: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://", 1), timeout=5)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+def report(results: Sequence[Measurement]) -> str:
+    lines = [f"{'backend':<11}{'mode':<26}{'rows':>8}{'seconds':>9}{'txns':>7}{'rows/s':>11}{'vs single':>11}"]
+    baseline: dict[str, float] = {}
+    for m in results:
+        if m.mode == "single-row commits":
+            baseline[m.backend] = m.rows_per_s
+        ratio = m.rows_per_s / baseline[m.backend] if m.backend in baseline else float("nan")
+        lines.append(
+            f"{m.backend:<11}{m.mode:<26}{m.rows:>8}{m.seconds:>9.2f}{m.transactions:>7}"
+            f"{m.rows_per_s:>11,.0f}{ratio:>10.1f}x"
+        )
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace) -> list[Measurement]:
+    results: list[Measurement] = []
+    with tempfile.TemporaryDirectory(prefix="rh-store-bench-") as data_dir:
+        results += await run_backend(data_dir, "sqlite", args.rows, args.single_rows, args.callers)
+    if not args.no_postgres:
+        reason = await _postgres_reachable(args.postgres)
+        if reason is not None:
+            print(f"postgres: skipped, {args.postgres} is not reachable ({reason})")
+        else:
+            schema = f"rh_bench_{uuid.uuid4().hex[:10]}"
+            try:
+                results += await run_backend(
+                    args.postgres, "postgresql", args.rows, args.single_rows, args.callers, schema
+                )
+            finally:
+                await _drop_schema(args.postgres, schema)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--rows", type=int, default=60_000, help="jobs per batched measurement")
+    parser.add_argument("--single-rows", type=int, default=1_500, help="jobs for the single-row baseline")
+    parser.add_argument("--callers", type=int, default=1_000, help="concurrent awaiting callers")
+    parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="PostgreSQL URL to measure too")
+    parser.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
+    args = parser.parse_args(argv)
+    results = asyncio.run(run(args))
+    print(report(results))
+    best = max((m.rows_per_s for m in results if m.backend == "sqlite" and m.mode != "single-row commits"))
+    verdict = "meets" if best >= TARGET_SQLITE_ROWS_PER_S else "MISSES"
+    print(f"sqlite batched best {best:,.0f} rows/s {verdict} the {TARGET_SQLITE_ROWS_PER_S:,.0f} rows/s target")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
