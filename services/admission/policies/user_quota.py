@@ -63,9 +63,11 @@ class UserQuotaAdmission:
     """Default cap on the GPUs those jobs request; None = unlimited."""
     users: Mapping[str, UserQuota | Mapping[str, int | None]] = field(default_factory=dict)
     """Per-user overrides; a key missing from an override inherits the default above."""
+    _default: UserQuota = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         default = UserQuota(self.max_jobs, self.max_gpus)
+        object.__setattr__(self, "_default", default)
         resolved: dict[str, UserQuota] = {}
         for user, override in self.users.items():
             if isinstance(override, UserQuota):
@@ -84,9 +86,7 @@ class UserQuotaAdmission:
 
     def quota_for(self, user: str) -> UserQuota:
         quota = self.users.get(user)
-        if isinstance(quota, UserQuota):
-            return quota
-        return UserQuota(self.max_jobs, self.max_gpus)
+        return quota if isinstance(quota, UserQuota) else self._default
 
     def admit(
         self,
