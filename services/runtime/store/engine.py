@@ -57,13 +57,9 @@ class StoreConfig:
         if self.linger_s < 0:
             raise StoreConfigError(f"linger_s must be >= 0, got {self.linger_s}")
         if self.sqlite_synchronous.upper() not in _SYNCHRONOUS:
-            raise StoreConfigError(
-                f"sqlite_synchronous must be one of {_SYNCHRONOUS}, got {self.sqlite_synchronous!r}"
-            )
+            raise StoreConfigError(f"sqlite_synchronous must be one of {_SYNCHRONOUS}, got {self.sqlite_synchronous!r}")
         if self.sqlite_wal_autocheckpoint < 0:
-            raise StoreConfigError(
-                f"sqlite_wal_autocheckpoint must be >= 0, got {self.sqlite_wal_autocheckpoint}"
-            )
+            raise StoreConfigError(f"sqlite_wal_autocheckpoint must be >= 0, got {self.sqlite_wal_autocheckpoint}")
         if self.busy_timeout_s < 0:
             raise StoreConfigError(f"busy_timeout_s must be >= 0, got {self.busy_timeout_s}")
 
@@ -81,16 +77,15 @@ def resolve_target(target: str | os.PathLike[str]) -> URL:
             raise StoreConfigError("empty store target; pass a data directory or a database URL")
         directory = Path(text).expanduser()
         if directory.exists() and not directory.is_dir():
-            raise StoreConfigError(
-                f"store target {directory} exists and is not a directory; pass a data directory"
-            )
+            raise StoreConfigError(f"store target {directory} exists and is not a directory; pass a data directory")
         directory.mkdir(parents=True, exist_ok=True)
         return URL.create("sqlite+aiosqlite", database=str(directory.resolve() / DB_FILENAME))
     try:
         url = make_url(text)
     except ArgumentError as exc:
         raise StoreConfigError(f"cannot parse database URL: {exc}") from exc
-    backend = url.get_backend_name()
+    # Split the name by hand: asking SQLAlchemy loads the dialect, and "postgres" has none.
+    backend, _, driver = url.drivername.partition("+")
     if backend == "sqlite":
         if not url.database or url.database == ":memory:" or url.database.startswith("file::memory:"):
             raise StoreConfigError(
@@ -98,10 +93,7 @@ def resolve_target(target: str | os.PathLike[str]) -> URL:
             )
         return url.set(drivername="sqlite+aiosqlite")
     if backend in ("postgresql", "postgres"):
-        driver = url.get_driver_name()
-        if backend == "postgres" or driver not in ("asyncpg",):
-            url = url.set(drivername="postgresql+asyncpg")
-        return url
+        return url if driver == "asyncpg" and backend == "postgresql" else url.set(drivername="postgresql+asyncpg")
     raise StoreConfigError(
         f"unsupported database {backend!r}; use a data directory (SQLite) or postgresql+asyncpg://user@host/db"
     )

@@ -103,9 +103,7 @@ class PruneAppliedEvents:
     consumer: str | None = None
 
 
-WriteOp: TypeAlias = (
-    InsertJobs | UpdateJob | UpsertLeases | DeleteLeases | RecordRound | SetMeta | PruneAppliedEvents
-)
+WriteOp: TypeAlias = InsertJobs | UpdateJob | UpsertLeases | DeleteLeases | RecordRound | SetMeta | PruneAppliedEvents
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,9 +218,7 @@ async def _run_insert_jobs(conn: AsyncConnection, st: Statements, rows: list[Row
     await conn.exec_driver_sql(st.insert_jobs.sql, rows)
 
 
-async def _run_insert_rounds(
-    conn: AsyncConnection, st: Statements, rows: list[RowTuple], exact: bool
-) -> None:
+async def _run_insert_rounds(conn: AsyncConnection, st: Statements, rows: list[RowTuple], exact: bool) -> None:
     await conn.exec_driver_sql(st.insert_rounds.sql, rows)
 
 
@@ -270,9 +266,7 @@ def _unique_runs(rows: list[RowTuple]) -> list[list[RowTuple]]:
     return runs
 
 
-async def _run_upsert_leases(
-    conn: AsyncConnection, st: Statements, rows: list[RowTuple], exact: bool
-) -> None:
+async def _run_upsert_leases(conn: AsyncConnection, st: Statements, rows: list[RowTuple], exact: bool) -> None:
     for run in _unique_runs(rows):
         await conn.exec_driver_sql(st.upsert_leases.sql, run)
 
@@ -282,9 +276,7 @@ async def _run_set_meta(conn: AsyncConnection, st: Statements, rows: list[RowTup
         await conn.exec_driver_sql(st.upsert_meta.sql, run)
 
 
-async def _run_delete_leases(
-    conn: AsyncConnection, st: Statements, rows: list[RowTuple], exact: bool
-) -> None:
+async def _run_delete_leases(conn: AsyncConnection, st: Statements, rows: list[RowTuple], exact: bool) -> None:
     ids = [str(r[0]) for r in rows]
     for i in range(0, len(ids), _IN_CHUNK):
         await conn.execute(delete(leases_table).where(leases_table.c.lease_id.in_(ids[i : i + _IN_CHUNK])))
@@ -315,9 +307,7 @@ def _compile_insert_jobs(op: InsertJobs) -> Step | None:
 
 
 def _compile_upsert_leases(op: UpsertLeases) -> Step | None:
-    return (
-        Step(_run_upsert_leases, "upsert_leases", [lease_to_row(x) for x in op.leases]) if op.leases else None
-    )
+    return Step(_run_upsert_leases, "upsert_leases", [lease_to_row(x) for x in op.leases]) if op.leases else None
 
 
 def _compile_delete_leases(op: DeleteLeases) -> Step | None:
@@ -384,9 +374,7 @@ async def run_steps(conn: AsyncConnection, st: Statements, steps: Sequence[Step]
         i = j
 
 
-async def claim_events(
-    conn: AsyncConnection, st: Statements, marks: Sequence[AppliedMark | None]
-) -> list[bool]:
+async def claim_events(conn: AsyncConnection, st: Statements, marks: Sequence[AppliedMark | None]) -> list[bool]:
     """Claim the events of a batch at once: one SELECT per consumer for ids already applied, one bulk
     INSERT for the rest. Returns, per request, whether its operations should run (False: a no-op
     redelivery, or a duplicate of an earlier request in the same batch). A concurrent writer in

@@ -58,9 +58,7 @@ class JobRecord:
         return self.spec.gpus
 
     @classmethod
-    def from_state(
-        cls, state: JobState, *, checkpoint_path: str | None = None, version: int = 1
-    ) -> JobRecord:
+    def from_state(cls, state: JobState, *, checkpoint_path: str | None = None, version: int = 1) -> JobRecord:
         """The persisted form of a policy-facing ``JobState`` (held GPUs live in leases, not here)."""
         return cls(
             job_id=state.job_id,

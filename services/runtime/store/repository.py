@@ -88,9 +88,7 @@ class Store:
         """
         config = config or StoreConfig()
         url = resolve_target(target)
-        if schema is not None and (
-            not schema or not set(schema) <= _SCHEMA_NAME_CHARS or schema[0].isdigit()
-        ):
+        if schema is not None and (not schema or not set(schema) <= _SCHEMA_NAME_CHARS or schema[0].isdigit()):
             raise StoreConfigError(f"schema name {schema!r} must be lower-case letters, digits and _")
         engine = create_engine(url, config, schema=schema)
         try:
@@ -194,12 +192,16 @@ class Store:
             row = await session.get(MetaRow, key)
             return None if row is None else row.value
 
-    async def journal_mode(self) -> str:
-        """SQLite's journal mode as a connection sees it (``wal``); ``n/a`` on PostgreSQL."""
+    async def sqlite_settings(self) -> dict[str, str]:
+        """The SQLite pragmas a pooled connection runs with (journal_mode, synchronous, ...), for
+        diagnostics and tests; empty on PostgreSQL."""
         if self.backend != "sqlite":
-            return "n/a"
+            return {}
+        settings: dict[str, str] = {}
         async with self._engine.connect() as conn:
-            return str((await conn.exec_driver_sql("PRAGMA journal_mode")).scalar_one())
+            for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout", "wal_autocheckpoint"):
+                settings[name] = str((await conn.exec_driver_sql(f"PRAGMA {name}")).scalar_one())
+        return settings
 
     # --- writes ---------------------------------------------------------------------------------------
     def submit_nowait(self, ops: Iterable[WriteOp]) -> asyncio.Future[bool]:
@@ -235,9 +237,7 @@ class Store:
     async def add_jobs(self, jobs: Iterable[JobRecord]) -> None:
         await self.submit([InsertJobs(tuple(jobs))])
 
-    async def update_job(
-        self, job_id: str, changes: JobChanges, *, expected_version: int | None = None
-    ) -> None:
+    async def update_job(self, job_id: str, changes: JobChanges, *, expected_version: int | None = None) -> None:
         """Set ``changes`` on a job and bump its version (``expected_version + 1`` when given).
 
         With ``expected_version``, raises ``StaleWriteError`` if the job moved on meanwhile.
