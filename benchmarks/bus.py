@@ -1,7 +1,7 @@
 """Typed bus vs raw nats-py, measured in the same run against one bundled nats-server.
 
-* throughput: publish N messages and handle them on a second connection (typed: encode, decode and
-  validate into the schema model, then call the handler; raw: bytes in, bytes out);
+* throughput: one process publishes N messages, another handles them (typed: encode, then decode and
+  validate into the schema model before the handler; raw: the same bytes in and out);
 * request-reply latency p50/p99 over sequential requests (typed: LeaseGrant -> LeaseAck, validated
   on both sides; raw: the same bytes echoed back).
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -46,61 +47,86 @@ async def _wait_until(done: asyncio.Event, timeout_s: float = 120.0) -> None:
     await asyncio.wait_for(done.wait(), timeout_s)
 
 
-async def raw_throughput(url: str, subject: str, payloads: list[bytes]) -> float:
-    pub: NatsClient = await nats.connect(url, pending_size=64 * 1024 * 1024)
-    sub: NatsClient = await nats.connect(url)
-    received = 0
-    done = asyncio.Event()
-    total = len(payloads)
+def _make_events(count: int) -> list[JobMetrics]:
+    return [
+        JobMetrics(job_id="bench", iteration=i, loss=1.0 / (i + 1), iteration_time_s=0.05, throughput=512.0)
+        for i in range(count)
+    ]
 
-    async def on_msg(msg: Msg) -> None:
-        nonlocal received
-        _ = msg.data
+
+async def _publish(url: str, namespace: str, count: int, typed: bool) -> None:
+    """The publishing side; runs in its own process, as a publishing service would."""
+    events = _make_events(count)
+    if typed:
+        bus = await Bus.connect(url, name="bench-pub", options=BusOptions(namespace=namespace), provision=False)
+        subject = f"metrics.job.{events[0].job_id}"
+        for event in events:
+            await bus.publish(subject, event)
+        await bus.close()
+    else:
+        payloads = [encode(e) for e in events]  # raw sends the very same bytes, pre-encoded
+        nc: NatsClient = await nats.connect(url, pending_size=64 * 1024 * 1024)
+        wire = f"{namespace}.metrics.job.{events[0].job_id}"
+        for data in payloads:
+            await nc.publish(wire, data)
+        await nc.drain()
+
+
+def _publisher_process(url: str, namespace: str, count: int, typed: bool) -> None:
+    import uvloop
+
+    uvloop.run(_publish(url, namespace, count, typed))
+
+
+async def throughput(url: str, namespace: str, count: int, *, typed: bool) -> float:
+    """Messages/s handled by a subscriber while another process publishes ``count`` messages.
+
+    Measured at the subscriber, from the first message to the last, so process start-up and event
+    construction are not counted; publisher and subscriber each have their own process and core.
+    """
+    received = 0
+    first = last = 0.0
+    done = asyncio.Event()
+
+    def tick() -> None:
+        nonlocal received, first, last
         received += 1
-        if received == total:
+        if received == 1:
+            first = time.perf_counter()
+        if received == count:
+            last = time.perf_counter()
             done.set()
 
-    await sub.subscribe(subject, cb=on_msg, pending_msgs_limit=total + 1, pending_bytes_limit=-1)
-    await sub.flush()
-    start = time.perf_counter()
-    for data in payloads:
-        await pub.publish(subject, data)
-    await pub.flush()
-    await _wait_until(done)
-    elapsed = time.perf_counter() - start
-    await pub.close()
-    await sub.close()
-    return total / elapsed
+    if typed:
+        sub = await Bus.connect(url, name="bench-sub", options=BusOptions(namespace=namespace), provision=False)
 
+        async def handler(event: JobMetrics) -> None:
+            tick()
 
-async def typed_throughput(url: str, namespace: str, events: list[JobMetrics]) -> float:
-    options = BusOptions(namespace=namespace)
-    pub = await Bus.connect(url, name="bench-pub", options=options, provision=False)
-    sub = await Bus.connect(url, name="bench-sub", options=options, provision=False)
-    received = 0
-    done = asyncio.Event()
-    total = len(events)
+        subscription = await sub.subscribe("metrics.job.*", JobMetrics, handler)
+        close: Callable[[], Awaitable[None]] = sub.close
+        flush = sub.nc.flush
+    else:
+        nc: NatsClient = await nats.connect(url)
 
-    async def handler(event: JobMetrics) -> None:
-        nonlocal received
-        received += 1
-        if received == total:
-            done.set()
+        async def on_msg(msg: Msg) -> None:
+            _ = msg.data
+            tick()
 
-    subscription = await sub.subscribe("metrics.job.*", JobMetrics, handler)
-    subscription._pending_msgs_limit = total + 1  # same head-room as the raw run
+        subscription = await nc.subscribe(f"{namespace}.metrics.job.*", cb=on_msg)
+        close = nc.close
+        flush = nc.flush
+    # Room for every message client-side, so neither side drops as a slow consumer.
+    subscription._pending_msgs_limit = count + 1
     subscription._pending_bytes_limit = -1
-    await sub.nc.flush()
-    subject = f"metrics.job.{events[0].job_id}"
-    start = time.perf_counter()
-    for event in events:
-        await pub.publish(subject, event)
-    await pub.nc.flush()
+    await flush()
+    context = multiprocessing.get_context("spawn")
+    publisher = context.Process(target=_publisher_process, args=(url, namespace, count, typed))
+    publisher.start()
     await _wait_until(done)
-    elapsed = time.perf_counter() - start
-    await pub.close()
-    await sub.close()
-    return total / elapsed
+    await asyncio.to_thread(publisher.join)
+    await close()
+    return (count - 1) / (last - first)
 
 
 async def _latencies(request: Callable[[], Awaitable[Any]], count: int) -> list[float]:
@@ -148,11 +174,6 @@ async def typed_request_reply(url: str, namespace: str, grant: LeaseGrant, count
 
 async def run(messages: int, requests: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, Broker(Path(tmp)) as broker:
-        events = [
-            JobMetrics(job_id="bench", iteration=i, loss=1.0 / (i + 1), iteration_time_s=0.05, throughput=512.0)
-            for i in range(messages)
-        ]
-        payloads = [encode(e) for e in events]  # raw sends the very same bytes
         grant = example(LeaseGrant)
         ns = f"bench{uuid.uuid4().hex[:8]}"
         # Alternate raw and typed runs and keep each side's best, so a noisy neighbour on this
@@ -160,8 +181,8 @@ async def run(messages: int, requests: int) -> dict[str, Any]:
         raw_rates: list[float] = []
         typed_rates: list[float] = []
         for _ in range(3):
-            raw_rates.append(await raw_throughput(broker.url, f"{ns}.raw.metrics", payloads))
-            typed_rates.append(await typed_throughput(broker.url, ns, events))
+            raw_rates.append(await throughput(broker.url, f"{ns}raw", messages, typed=False))
+            typed_rates.append(await throughput(broker.url, f"{ns}typed", messages, typed=True))
         raw_rr = await raw_request_reply(broker.url, f"{ns}.raw.rr", encode(grant), requests)
         typed_rr = await typed_request_reply(broker.url, ns, grant, requests)
 

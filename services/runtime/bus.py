@@ -118,6 +118,7 @@ class Bus:
         self._consumers: list[DurableConsumer[Any]] = []
         self._buckets: list[KVBucket] = []
         self._reconnect_listeners: list[Callable[[], Awaitable[None]]] = []
+        self._closing = False
 
     # --- connection -------------------------------------------------------------------------
     @classmethod
@@ -134,7 +135,8 @@ class Bus:
         holder: list[Bus] = []
 
         async def on_disconnected() -> None:
-            log.warning("bus disconnected", extra={"service": name})
+            if not (holder and holder[0]._closing):
+                log.warning("bus disconnected", extra={"service": name})
 
         async def on_reconnected() -> None:
             if holder:
@@ -161,6 +163,7 @@ class Bus:
 
     async def close(self) -> None:
         """Stop consumers and watchers, flush what was published, close the connection."""
+        self._closing = True
         for consumer in self._consumers:
             await consumer.stop()
         for bucket in self._buckets:
@@ -303,8 +306,10 @@ class Bus:
         """
         self._check_model(subject, model)
 
+        decode_message = self._decode
+
         async def on_message(msg: Msg) -> None:
-            event = self._decode(msg)
+            event = decode_message(msg)
             if event is None:
                 return
             self.stats.received += 1
