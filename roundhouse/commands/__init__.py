@@ -12,6 +12,7 @@ from types import ModuleType
 # Import order is the order in `roundhouse --help`.
 COMMAND_MODULES: tuple[str, ...] = (
     "roundhouse.commands.schemas",
+    "roundhouse.commands.simulate",
 )
 
 

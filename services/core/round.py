@@ -23,8 +23,14 @@ def diff_plan(placement: Placement, ranking: Ranking, jobs: Mapping[str, JobStat
 
     A running job absent from the target, or present with other GPUs, is suspended; a job in the
     target that does not already hold exactly those GPUs is launched. Jobs to terminate are never
-    launched.
+    launched. If the placement policy attached its own diff (``Placement.plan``), that is used
+    instead (with ``ranking.terminate``), which avoids a walk over every job.
     """
+    if placement.plan is not None:
+        hint = placement.plan
+        if dict(hint.terminate) == dict(ranking.terminate):
+            return hint
+        return Plan(launch=hint.launch, suspend=hint.suspend, terminate=dict(ranking.terminate))
     terminate = dict(ranking.terminate)
     suspend: list[str] = []
     launch: dict[str, tuple[int, ...]] = {}

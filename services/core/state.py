@@ -1,9 +1,13 @@
 """Policy-facing views of jobs and of the cluster (after Blox §6.4, JobState and ClusterState).
 
 The owner of the state (the scheduler service, or the simulator) mutates these objects between
-rounds; policies receive them read-only by contract and must never mutate them (tests check this in
-debug mode). They are plain slotted dataclasses rather than pydantic models because the simulator
+rounds; policies receive them read-only by contract and must never mutate them (the simulator checks
+this in debug mode). They are plain slotted classes rather than pydantic models because the simulator
 holds hundreds of thousands of them and touches them on every event.
+
+``ClusterState`` keeps a per-node index of free GPUs up to date on every ``assign``/``release``, so
+placement policies can ask "which nodes have free GPUs" in time proportional to the answer instead
+of scanning every GPU of a large cluster each round.
 """
 
 from __future__ import annotations
@@ -46,9 +50,10 @@ class JobState:
     last_preempt_time: float | None = None
     finish_time: float | None = None
     attained_service: float = 0.0
-    """GPU-seconds received so far (LAS, Tiresias)."""
+    """GPU-seconds of productive execution received so far: GPUs x executed time, the attained
+    service of Tiresias (NSDI '19) that LAS ranks by."""
     executed_time: float = 0.0
-    """Wall seconds spent running so far, whatever the GPU count."""
+    """Wall seconds of productive execution so far, whatever the GPU count."""
     iterations_done: int = 0
     preemptions: int = 0
     gpus: tuple[int, ...] = ()
@@ -59,6 +64,14 @@ class JobState:
     """(time, loss) samples, oldest first; bounded by the owner."""
     iteration_time_s: float | None = None
     """Recent average seconds per iteration at the current GPU count."""
+    seq: int = 0
+    """Submission sequence number from the owner (monotonic): the final tie-breaker of every order,
+    so that rankings are total and deterministic even when submit times are equal."""
+    queued_since: float | None = None
+    """When the job last started waiting for GPUs (admission or suspension); None while running."""
+    longest_wait_s: float = 0.0
+    """Longest completed continuous wait so far; with ``queued_since`` a policy can tell how long a
+    job has been starved (Blox's LAS promotes jobs that waited too long)."""
 
     @property
     def job_class(self) -> JobClass:
@@ -75,6 +88,12 @@ class JobState:
     @property
     def is_waiting(self) -> bool:
         return self.status is JobStatus.QUEUED
+
+    def current_wait_s(self, now: float) -> float:
+        """Seconds this job has been waiting continuously up to ``now`` (0 unless QUEUED)."""
+        if self.queued_since is None or self.status is not JobStatus.QUEUED:
+            return 0.0
+        return max(0.0, now - self.queued_since)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +115,26 @@ class Node:
     gpu_type: str = "generic"
     link_bandwidth_gbps: Mapping[tuple[int, int], float] = field(default_factory=dict)
     """Bandwidth between two local GPU indices (symmetric; missing pairs share the PCIe/host path)."""
+    switch: str = "switch-0"
+    """Network switch the node hangs off (Tiresias cluster specs group nodes by switch)."""
+    network_gbps: float = 100.0
+    """Bandwidth of the node's link to its switch."""
 
 
 class ClusterState:
     """GPUs and which jobs hold them. Owned and mutated by the scheduler or simulator only."""
 
-    __slots__ = ("_free_count", "gpu_jobs", "gpus", "nodes")
+    __slots__ = (
+        "_free_count",
+        "_free_on_node",
+        "_gpu_node",
+        "_node_ids",
+        "_node_index",
+        "gpu_jobs",
+        "gpus",
+        "largest_node_gpus",
+        "nodes",
+    )
 
     def __init__(self, nodes: Iterable[Node], gpus: Iterable[Gpu]) -> None:
         self.nodes: dict[str, Node] = {n.node_id: n for n in nodes}
@@ -111,6 +144,17 @@ class ClusterState:
         self.gpu_jobs: list[tuple[str, ...]] = [() for _ in self.gpus]
         """Job ids on each GPU (more than one only when a policy packs or time-slices)."""
         self._free_count = len(self.gpus)
+        self._node_ids: list[str] = list(self.nodes)
+        self._node_index: dict[str, int] = {n: i for i, n in enumerate(self._node_ids)}
+        for g in self.gpus:
+            if g.node_id not in self._node_index:
+                raise ValueError(f"GPU {g.gpu_id} names unknown node {g.node_id!r}")
+        self._gpu_node: list[int] = [self._node_index[g.node_id] for g in self.gpus]
+        self.largest_node_gpus: int = max((len(n.gpu_ids) for n in self.nodes.values()), default=0)
+        """GPUs on the largest node: a job needing at most this many can run on one node."""
+        self._free_on_node: list[set[int]] = [set() for _ in self._node_ids]
+        for g in self.gpus:
+            self._free_on_node[self._gpu_node[g.gpu_id]].add(g.gpu_id)
 
     @classmethod
     def uniform(cls, nodes: int, gpus_per_node: int, *, gpu_type: str = "generic",
@@ -133,6 +177,19 @@ class ClusterState:
     def free_gpu_count(self) -> int:
         return self._free_count
 
+    @property
+    def node_ids(self) -> list[str]:
+        """Node ids in cluster order (the order placement policies break ties by)."""
+        return self._node_ids
+
+    def node_position(self, node_id: str) -> int:
+        """Index of ``node_id`` in ``node_ids``."""
+        return self._node_index[node_id]
+
+    def node_position_of_gpu(self, gpu_id: int) -> int:
+        """Index (in ``node_ids``) of the node that holds ``gpu_id``."""
+        return self._gpu_node[gpu_id]
+
     def is_free(self, gpu_id: int) -> bool:
         return not self.gpu_jobs[gpu_id]
 
@@ -140,10 +197,23 @@ class ClusterState:
         return (g for g, jobs in enumerate(self.gpu_jobs) if not jobs)
 
     def free_on_node(self, node_id: str) -> list[int]:
-        return [g for g in self.nodes[node_id].gpu_ids if not self.gpu_jobs[g]]
+        return sorted(self._free_on_node[self._node_index[node_id]])
+
+    def free_by_node(self) -> dict[int, set[int]]:
+        """A fresh ``{node position: set of free GPU ids}`` for nodes with at least one free GPU.
+
+        Costs time proportional to the free GPUs, not to the cluster size; the caller may mutate
+        the result (placement policies use it as their scratch copy).
+        """
+        return {i: set(free) for i, free in enumerate(self._free_on_node) if free}
 
     def node_of(self, gpu_id: int) -> str:
         return self.gpus[gpu_id].node_id
+
+    def nodes_spanned(self, gpu_ids: Iterable[int]) -> int:
+        """How many distinct nodes hold ``gpu_ids``."""
+        gpu_node = self._gpu_node
+        return len({gpu_node[g] for g in gpu_ids})
 
     # --- mutation: owner only -------------------------------------------------------------
     def assign(self, job_id: str, gpu_ids: Iterable[int]) -> None:
@@ -153,6 +223,7 @@ class ClusterState:
                 raise ValueError(f"job {job_id} already holds GPU {g}")
             if not held:
                 self._free_count -= 1
+                self._free_on_node[self._gpu_node[g]].discard(g)
             self.gpu_jobs[g] = (*held, job_id)
 
     def release(self, job_id: str, gpu_ids: Iterable[int]) -> None:
@@ -164,3 +235,4 @@ class ClusterState:
             self.gpu_jobs[g] = rest
             if not rest:
                 self._free_count += 1
+                self._free_on_node[self._gpu_node[g]].add(g)

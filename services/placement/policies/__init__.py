@@ -1,2 +1,7 @@
+"""Placement and victim-selection policies; importing this package registers each one in
+``services.core.PLACEMENT`` / ``services.core.VICTIM``."""
+
 from services.placement.policies import bandwidth_aware as bandwidth_aware
+from services.placement.policies import consolidated as consolidated
+from services.placement.policies import first_free as first_free
 from services.placement.policies import tiresias_skew as tiresias_skew

@@ -1,0 +1,168 @@
+"""`roundhouse simulate`: run the scheduling policies on a workload in the discrete-event simulator.
+
+Comma-separated values of ``--scheduler``, ``--admission``, ``--placement``, ``--jobs-per-hour``,
+``--load`` and ``--seed`` make a sweep: every combination runs in its own process and one table
+is printed. See docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from roundhouse.sim.case import GPU_COUNT_CHOICES, WORKLOADS, Case
+from roundhouse.sim.cluster import ClusterSpecError, parse_shape
+from roundhouse.sim.engine import SimulationError
+from roundhouse.sim.report import format_table
+from roundhouse.sim.traces import FORMATS
+from roundhouse.sim.workload import WorkloadError
+from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING, UnknownPolicyError
+
+T = TypeVar("T")
+
+
+def _list(kind: Callable[[str], T]) -> Callable[[str], list[T]]:
+    def parse(text: str) -> list[T]:
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("expected one value or a comma-separated list")
+        try:
+            return [kind(item) for item in items]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _track(text: str) -> tuple[int, int]:
+    try:
+        start, end = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--track must be START:END (job indexes), got {text!r}") from None
+    if not 0 <= start <= end:
+        raise argparse.ArgumentTypeError(f"--track needs 0 <= START <= END, got {text!r}")
+    return start, end
+
+
+def _cluster(text: str) -> str:
+    try:
+        parse_shape(text)
+    except ClusterSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="run scheduling policies on a workload in the simulator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = parser.add_argument_group("workload")
+    source.add_argument("--workload", choices=WORKLOADS, default="philly-synthetic",
+                        help="synthetic generator (default: philly-synthetic, as in Blox)")
+    source.add_argument("--trace", type=Path, help="replay a trace file instead of a generator")
+    source.add_argument("--format", choices=FORMATS, help="format of --trace")
+    source.add_argument("--jobs-per-hour", type=_list(float), default=[8.0], metavar="RATE[,RATE...]",
+                        help="philly-synthetic arrival rate (default 8)")
+    source.add_argument("--load", type=_list(float), default=[2.0], metavar="LOAD[,LOAD...]",
+                        help="fitgpp-synthetic offered load (default 2.0)")
+    source.add_argument("--gpus", choices=GPU_COUNT_CHOICES, default="1",
+                        help="philly-synthetic GPUs per job: 1, Gavel's mix, or the Philly trace's counts")
+    source.add_argument("--num-jobs", type=int, help="stop generating (or reading) after N jobs")
+    source.add_argument("--seed", type=_list(int), default=[0], metavar="SEED[,SEED...]")
+    cluster = parser.add_argument_group("cluster")
+    cluster.add_argument("--cluster", type=_cluster, default="32x4", help="NODESxGPUS (default 32x4)")
+    cluster.add_argument("--cluster-spec", type=Path, help="Tiresias cluster spec CSV (overrides --cluster)")
+    policies = parser.add_argument_group("policies")
+    policies.add_argument("--scheduler", type=_list(str), default=["fifo"], metavar="NAME[,NAME...]")
+    policies.add_argument("--admission", type=_list(str), default=["accept-all"], metavar="NAME[,NAME...]")
+    policies.add_argument("--placement", type=_list(str), default=["consolidated"], metavar="NAME[,NAME...]")
+    run = parser.add_argument_group("simulation")
+    run.add_argument("--round", type=float, default=300.0, dest="round_s", help="round length in s (default 300)")
+    run.add_argument("--round-on", type=_list(str), default=[], metavar="EVENT[,EVENT...]",
+                     help="also run a round on arrival, completion or churn, whatever the policy declares")
+    run.add_argument("--track", type=_track, help="measure jobs START..END (inclusive), e.g. 3000:4000")
+    run.add_argument("--max-time", type=float, dest="max_time_s", help="stop at this simulated time (s)")
+    run.add_argument("--free-preemption", action="store_true",
+                     help="charge nothing for checkpoint/restore and no spread penalty (as Blox's simulator)")
+    run.add_argument("--debug", action="store_true", help="check invariants on every event (slow)")
+    output = parser.add_argument_group("output")
+    output.add_argument("--json", type=Path, dest="json_path", help="write the metrics as JSON")
+    output.add_argument("--plot", type=Path, help="draw JCT and responsiveness CDFs into this PNG")
+    output.add_argument("--workers", type=int, help="parallel processes for a sweep (default: CPU count)")
+    output.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(handler=run_command)
+
+
+def _check_names(kind: str, names: Sequence[str], valid: Callable[[], list[str]]) -> None:
+    known = valid()
+    for name in names:
+        if name not in known:
+            raise UnknownPolicyError(kind, name, known)
+
+
+def build_cases(args: argparse.Namespace) -> list[Case]:
+    _check_names("scheduling", args.scheduler, SCHEDULING.names)
+    _check_names("admission", args.admission, ADMISSION.names)
+    _check_names("placement", args.placement, PLACEMENT.names)
+    if args.trace is not None and args.format is None:
+        raise WorkloadError("--trace needs --format (" + ", ".join(FORMATS) + ")")
+    base = Case(
+        workload=None if args.trace is not None else args.workload,
+        trace=str(args.trace) if args.trace is not None else None,
+        format=args.format,
+        cluster=args.cluster,
+        cluster_spec=str(args.cluster_spec) if args.cluster_spec is not None else None,
+        gpus=args.gpus,
+        num_jobs=args.num_jobs,
+        round_s=args.round_s,
+        track=args.track,
+        round_on=tuple(args.round_on),
+        max_time_s=args.max_time_s,
+        free_preemption=args.free_preemption,
+        debug=args.debug,
+    )
+    cases = []
+    for scheduler, admission, placement, rate, load, seed in itertools.product(
+        args.scheduler, args.admission, args.placement, args.jobs_per_hour, args.load, args.seed
+    ):
+        cases.append(
+            replace(base, scheduler=scheduler, admission=admission, placement=placement,
+                    jobs_per_hour=rate, load=load, seed=seed)
+        )
+    return cases
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from roundhouse.sim.plot import PlotUnavailableError, plot_cdfs
+    from roundhouse.sim.sweep import run_cases
+
+    try:
+        cases = build_cases(args)
+        results = run_cases(cases, workers=args.workers, progress=not args.no_progress and sys.stderr.isatty())
+    except (UnknownPolicyError, WorkloadError, ClusterSpecError, SimulationError, ValueError) as exc:
+        print(f"roundhouse simulate: {exc}", file=sys.stderr)
+        return 2
+    rows = [(case.labels(), result.report) for case, result in zip(cases, results, strict=True)]
+    print(format_table(rows))
+    if args.json_path is not None:
+        payload: dict[str, Any] = (
+            results[0].report if len(results) == 1 else {"cases": [result.report for result in results]}
+        )
+        args.json_path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if args.plot is not None:
+        labelled = [(" ".join(case.labels().values()), result) for case, result in zip(cases, results, strict=True)]
+        try:
+            plot_cdfs(labelled, args.plot)
+        except PlotUnavailableError as exc:
+            print(f"roundhouse simulate: {exc}", file=sys.stderr)
+            return 2
+    return 0

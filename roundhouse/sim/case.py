@@ -1,0 +1,155 @@
+"""One simulation case, described by plain values (picklable, so sweeps run cases in processes)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from roundhouse.sim.cluster import ClusterSpecError, read_tiresias_spec, uniform_cluster
+from roundhouse.sim.costs import CostModel
+from roundhouse.sim.engine import SimConfig, Simulator
+from roundhouse.sim.report import summarize
+from roundhouse.sim.synthetic import FitGppSynthetic, GpuCounts, PhillySynthetic
+from roundhouse.sim.traces import read_trace
+from roundhouse.sim.workload import TraceJob, WorkloadError
+from services.core.protocols import Trigger
+from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.state import ClusterState
+
+WORKLOADS: tuple[str, ...] = ("fitgpp-synthetic", "philly-synthetic")
+GPU_COUNT_CHOICES: tuple[str, ...] = ("1", "gavel", "philly")
+
+
+def default_traces_dir() -> Path:
+    """``<repo>/../shared/data/traces``, where the project keeps real traces (not in the repo)."""
+    return Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Case:
+    """Everything that defines one run; ``asdict`` of it goes into the report as ``config``."""
+
+    workload: str | None = "philly-synthetic"
+    trace: str | None = None
+    format: str | None = None
+    cluster: str = "32x4"
+    cluster_spec: str | None = None
+    jobs_per_hour: float = 8.0
+    load: float = 2.0
+    num_jobs: int | None = None
+    gpus: str = "1"
+    seed: int = 0
+    round_s: float = 300.0
+    track: tuple[int, int] | None = None
+    scheduler: str = "fifo"
+    admission: str = "accept-all"
+    placement: str = "consolidated"
+    free_preemption: bool = False
+    round_on: tuple[str, ...] = ()
+    max_time_s: float | None = None
+    debug: bool = False
+
+    def labels(self) -> dict[str, str]:
+        """Short labels for a sweep table."""
+        return {
+            "scheduler": self.scheduler,
+            "admission": self.admission,
+            "placement": self.placement,
+            "load": f"{self.jobs_per_hour:g}/h" if self.trace is None and self.workload == "philly-synthetic"
+            else f"{self.load:g}" if self.trace is None else Path(self.trace).name,
+            "seed": str(self.seed),
+        }
+
+
+def build_cluster(case: Case) -> ClusterState:
+    if case.cluster_spec is not None:
+        return read_tiresias_spec(Path(case.cluster_spec))
+    return uniform_cluster(case.cluster)
+
+
+def build_workload(case: Case, cluster: ClusterState) -> Iterable[TraceJob]:
+    if case.trace is not None:
+        if case.format is None:
+            raise WorkloadError("--trace needs --format (tiresias, pollux, philly or roundhouse)")
+        jobs: Iterable[TraceJob] = read_trace(Path(case.trace), case.format)
+        if case.num_jobs is not None:
+            jobs = list(jobs)[: case.num_jobs]
+        return jobs
+    if case.workload == "philly-synthetic":
+        if case.gpus == "1":
+            gpu_counts = GpuCounts.single()
+        elif case.gpus == "gavel":
+            gpu_counts = GpuCounts.gavel()
+        elif case.gpus == "philly":
+            gpu_counts = GpuCounts.from_philly(default_traces_dir() / "philly-pollux.csv")
+        else:
+            raise WorkloadError(f"--gpus must be one of {', '.join(GPU_COUNT_CHOICES)}, got {case.gpus!r}")
+        if case.num_jobs is None and case.track is None:
+            raise WorkloadError("philly-synthetic is an endless stream: give --track START:END or --num-jobs N")
+        return PhillySynthetic(
+            jobs_per_hour=case.jobs_per_hour, seed=case.seed, gpu_counts=gpu_counts, num_jobs=case.num_jobs
+        )
+    if case.workload == "fitgpp-synthetic":
+        return FitGppSynthetic(
+            total_gpus=cluster.total_gpus,
+            load=case.load,
+            num_jobs=case.num_jobs if case.num_jobs is not None else 2**19,
+            max_gpus=min(8, cluster.largest_node_gpus),
+            seed=case.seed,
+        )
+    raise WorkloadError(f"unknown workload {case.workload!r}; valid: {', '.join(WORKLOADS)} (or --trace FILE)")
+
+
+def _triggers(names: Iterable[str]) -> Trigger:
+    result = Trigger(0)
+    for name in names:
+        try:
+            result |= Trigger[name.upper()]
+        except KeyError:
+            raise ValueError(f"unknown round trigger {name!r}; valid: arrival, completion, churn, timer") from None
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    report: dict[str, Any]
+    jct_s: list[float]
+    responsiveness_s: list[float]
+
+
+def run_case(case: Case, *, progress: bool = False) -> CaseResult:
+    """Build everything ``case`` names, run it, and summarize."""
+    cluster = build_cluster(case)
+    workload = build_workload(case, cluster)
+    config = SimConfig(
+        round_s=case.round_s,
+        track=case.track,
+        max_time_s=case.max_time_s,
+        extra_triggers=_triggers(case.round_on),
+        costs=CostModel.free() if case.free_preemption else CostModel(),
+        debug=case.debug,
+        progress=progress,
+    )
+    simulator = Simulator(
+        workload,
+        cluster,
+        admission=ADMISSION.create(case.admission),
+        scheduling=SCHEDULING.create(case.scheduler),
+        placement=PLACEMENT.create(case.placement),
+        config=config,
+        progress_total=None if case.track is not None else case.num_jobs,
+    )
+    started = time.perf_counter()
+    outcome = simulator.run()
+    wall = time.perf_counter() - started
+    recorded = asdict(case)
+    recorded["track"] = list(case.track) if case.track is not None else None
+    recorded["round_on"] = list(case.round_on)
+    report = summarize(outcome, wall_s=wall, config=recorded)
+    return CaseResult(report=report, jct_s=sorted(outcome.jct), responsiveness_s=sorted(outcome.responsiveness))
+
+
+__all__ = ["Case", "CaseResult", "ClusterSpecError", "build_cluster", "build_workload", "run_case"]

@@ -1,0 +1,518 @@
+"""The discrete-event simulator: the policies of ``services.core`` on a virtual clock.
+
+Events: job arrivals (from the workload stream), job completions (exact times, *inside* rounds: a
+job ends when its work is done, not at the next round edge), and rounds. A round runs on the
+timer (every ``round_s``, on the grid 0, round_s, 2*round_s, ... as in Blox) and, if the scheduling
+policy's ``triggers`` ask for it (or ``SimConfig.extra_triggers``), right after an arrival or a
+completion. A round is ``admit -> rank -> place -> plan diff`` with the very policy objects the
+services use, then the plan is applied: suspensions first (checkpoint cost), then launches
+(restore + relaunch cost for resumed jobs), as modelled in ``roundhouse.sim.costs``.
+
+Fast paths (see ``services.core.protocols``): with a sort-keyed scheduling policy the ranking is
+kept incrementally (``services.core.ordering.KeyedOrder``); with a ``keeps_running`` placement policy
+rounds that cannot change anything are skipped (nothing waiting or held; or, for a non-preemptive
+policy, no arrival or completion since the last round) and the timer jumps to the next event.
+
+Determinism: no wall clock, no hash-order iteration, no unseeded randomness; the same workload and
+configuration give the same result, bit for bit.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sys
+import time
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from roundhouse.sim.costs import CostModel
+from roundhouse.sim.invariants import InvariantError, check_invariants, snapshot_inputs
+from roundhouse.sim.jobs import SimClock, SimJobState, spec_for
+from roundhouse.sim.workload import TraceJob, checked_in_order
+from services.core.decisions import Plan
+from services.core.ordering import KeyedOrder
+from services.core.protocols import (
+    AdmissionPolicy,
+    PlacementPolicy,
+    SchedulingPolicy,
+    Trigger,
+    is_preemptive,
+    is_sort_keyed,
+    keeps_running,
+)
+from services.core.round import diff_plan
+from services.core.state import ClusterState, JobState, JobStatus
+
+INF = math.inf
+NO_TRIGGERS = Trigger(0)
+_EPS = 1e-9
+
+
+class SimulationError(RuntimeError):
+    """The simulation cannot go on (a policy returned an impossible plan, a stall, ...)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    """How to run one simulation. Times in seconds of simulated time."""
+
+    round_s: float = 300.0
+    """Round length (Blox: 300 s)."""
+    track: tuple[int, int] | None = None
+    """Inclusive job-index window to measure (Blox: 3000-4000); the run ends when all are done."""
+    max_time_s: float | None = None
+    """Stop at this simulated time even if jobs remain (they are reported as unfinished)."""
+    extra_triggers: Trigger = NO_TRIGGERS
+    """Run rounds on these events too, whatever the scheduling policy declares."""
+    costs: CostModel = field(default_factory=CostModel)
+    debug: bool = False
+    """Check invariants after every event and that policies leave their inputs untouched (slow)."""
+    progress: bool = False
+    """Draw a progress bar on stderr."""
+
+    def __post_init__(self) -> None:
+        if not self.round_s > 0:
+            raise ValueError(f"round length must be positive, got {self.round_s}")
+        if self.track is not None and not 0 <= self.track[0] <= self.track[1]:
+            raise ValueError(f"track window must be START:END with 0 <= START <= END, got {self.track}")
+
+
+@dataclass(slots=True)
+class Outcome:
+    """Raw results: per measured job (arrays, in completion order) and cluster totals."""
+
+    jct: array[float] = field(default_factory=lambda: array("d"))
+    responsiveness: array[float] = field(default_factory=lambda: array("d"))
+    run: array[float] = field(default_factory=lambda: array("d"))
+    """Productive wall seconds of each measured job (the 'execution time' of slowdown)."""
+    preemptions: array[int] = field(default_factory=lambda: array("q"))
+    lost_gpu_s: array[float] = field(default_factory=lambda: array("d"))
+    job_class: list[str] = field(default_factory=list)
+    first_submit: float = INF
+    last_finish: float = 0.0
+    measured_total: int = 0
+    rejected: int = 0
+    unfinished: int = 0
+    all_preemptions: int = 0
+    all_lost_gpu_s: float = 0.0
+    busy_gpu_s: float = 0.0
+    productive_gpu_s: float = 0.0
+    total_gpus: int = 0
+    end_time: float = 0.0
+    events: int = 0
+    rounds: int = 0
+    arrived: int = 0
+    completed: int = 0
+    stalled: bool = False
+
+
+class Simulator:
+    """Runs one workload on one cluster with one set of policies."""
+
+    def __init__(
+        self,
+        workload: Iterable[TraceJob],
+        cluster: ClusterState,
+        *,
+        admission: AdmissionPolicy,
+        scheduling: SchedulingPolicy,
+        placement: PlacementPolicy,
+        config: SimConfig | None = None,
+        progress_total: int | None = None,
+        progress_stream: TextIO | None = None,
+    ) -> None:
+        self.config = config or SimConfig()
+        self.cluster = cluster
+        self.admission = admission
+        self.scheduling = scheduling
+        self.placement = placement
+        self._workload: Iterator[TraceJob] = checked_in_order(workload)
+        self._clock = SimClock()
+        self._keyed = (
+            KeyedOrder(scheduling, service_line=_service_line)  # type: ignore[arg-type]
+            if is_sort_keyed(scheduling)
+            else None
+        )
+        self._fast = self._keyed is not None and keeps_running(placement)
+        self._preemptive = is_preemptive(scheduling)
+        triggers = scheduling.triggers | self.config.extra_triggers
+        self._timer = bool(triggers & Trigger.TIMER)
+        self._on_arrival = bool(triggers & Trigger.ARRIVAL)
+        self._on_completion = bool(triggers & Trigger.COMPLETION)
+        self.active: dict[str, JobState] = {}
+        """Admitted, unfinished jobs (running and waiting): what policies see."""
+        self._jobs: dict[str, SimJobState] = {}
+        """Every job in the system (held, waiting, running), by id."""
+        self._running: dict[str, SimJobState] = {}
+        self._held: list[JobState] = []
+        self._new: list[JobState] = []
+        self._events: list[tuple[float, int, str, int]] = []
+        self._event_seq = 0
+        self._busy_until = [0.0] * cluster.total_gpus
+        self._changed = False
+        self._seq = 0
+        self.out = Outcome(total_gpus=cluster.total_gpus)
+        track = self.config.track
+        self._track_left = (track[1] - track[0] + 1) if track is not None else -1
+        self._progress_total = progress_total if progress_total is not None else (
+            self._track_left if track is not None else None
+        )
+        self._progress_stream = progress_stream or sys.stderr
+        self._done_measured = 0
+
+    # --- main loop ----------------------------------------------------------------------------
+    def run(self) -> Outcome:
+        config = self.config
+        round_s = config.round_s
+        max_time = config.max_time_s if config.max_time_s is not None else INF
+        events = self._events
+        workload = self._workload
+        upcoming = next(workload, None)
+        round_at = INF
+        now = 0.0
+        loops = 0
+        bar = _ProgressBar(self._progress_total, self._progress_stream) if config.progress else None
+        while True:
+            t_event = events[0][0] if events else INF
+            t_arrival = upcoming.arrival_s if upcoming is not None else INF
+            t = min(t_event, t_arrival, round_at)
+            if t == INF or t > max_time:
+                break
+            now = t
+            self._clock.now = t
+            while events and events[0][0] <= t:
+                _, _, job_id, version = heapq.heappop(events)
+                self._complete(job_id, version, t)
+                if self._on_completion:
+                    round_at = t
+                elif self._timer and round_at == INF:
+                    round_at = _tick_at_or_after(t, round_s)
+            while upcoming is not None and upcoming.arrival_s <= t:
+                self._arrive(upcoming, t)
+                upcoming = next(workload, None)
+                if self._on_arrival:
+                    round_at = t
+                elif self._timer and round_at > t:
+                    round_at = min(round_at, _tick_at_or_after(t, round_s))
+            if round_at <= t:
+                ran = self._round(t)
+                round_at = self._next_round(t, ran, round_s)
+                if (
+                    not events
+                    and upcoming is None
+                    and not self._running
+                    and (self.active or self._held)
+                    and not ran
+                ):
+                    self.out.stalled = True  # jobs wait, nothing runs and nothing will arrive
+                    break
+            if config.debug:
+                self._check(t)
+            if self._track_left == 0:
+                break
+            loops += 1
+            if bar is not None and not loops & 1023:
+                bar.update(self._done_measured, t)
+        self._finish(now)
+        if bar is not None:
+            bar.close(self._done_measured, now)
+        return self.out
+
+    def _next_round(self, t: float, ran: bool, round_s: float) -> float:
+        if not (self.active or self._held or self._new):
+            return INF
+        if self._fast:
+            waiting = self._keyed.waiting_count if self._keyed is not None else 0
+            if not waiting and not self._held:
+                return INF  # nothing to decide until an event
+            if not self._preemptive and not self._held:
+                return INF  # a non-preemptive round changes nothing until an event
+        if not self._timer:
+            return INF
+        return _tick_after(t, round_s)
+
+    # --- events -------------------------------------------------------------------------------
+    def _arrive(self, trace: TraceJob, t: float) -> None:
+        out = self.out
+        out.events += 1
+        out.arrived += 1
+        track = self.config.track
+        measured = track is None or track[0] <= trace.index <= track[1]
+        self._seq += 1
+        costs = self.config.costs.for_model(trace.model)
+        job = SimJobState(
+            job_id=trace.job_id,
+            spec=spec_for(trace),
+            submit_time=trace.arrival_s,
+            status=JobStatus.HELD,
+            seq=self._seq,
+            clock=self._clock,
+            work_s=trace.duration_s,
+            costs=costs,
+            checkpoint_s=trace.checkpoint_s if trace.checkpoint_s is not None else costs.checkpoint_s,
+            measured=measured,
+            total_iterations=trace.iterations,
+        )
+        self._jobs[job.job_id] = job
+        if measured:
+            out.measured_total += 1
+            out.first_submit = min(out.first_submit, trace.arrival_s)
+        if trace.gpus > self.cluster.total_gpus:
+            self._reject(job, t, f"needs {trace.gpus} GPUs; the cluster has {self.cluster.total_gpus}")
+            return
+        self._new.append(job)
+        self._changed = True
+
+    def _complete(self, job_id: str, version: int, t: float) -> None:
+        job = self._jobs.get(job_id)
+        if job is None or job.version != version:
+            return  # stale: the job was suspended or resized since this event was scheduled
+        self.out.events += 1
+        self._end(job, t, JobStatus.COMPLETED)
+
+    def _end(self, job: SimJobState, t: float, status: JobStatus) -> None:
+        out = self.out
+        if job.status is JobStatus.RUNNING:
+            self._release(job, t, checkpoint=False)
+        job.status = status
+        job.finish_time = t
+        job_id = job.job_id
+        del self.active[job_id]
+        del self._jobs[job_id]
+        if self._keyed is not None:
+            self._keyed.discard(job_id)
+        out.completed += 1
+        out.all_preemptions += job.preemptions
+        out.all_lost_gpu_s += job.lost_gpu_s
+        self._changed = True
+        if job.measured:
+            out.jct.append(t - job.submit_time)
+            first = job.first_start_time if job.first_start_time is not None else t
+            out.responsiveness.append(first - job.submit_time)
+            out.run.append(job.executed_time)
+            out.preemptions.append(job.preemptions)
+            out.lost_gpu_s.append(job.lost_gpu_s)
+            out.job_class.append(job.spec.job_class.value)
+            out.last_finish = max(out.last_finish, t)
+            self._measured_done()
+
+    def _reject(self, job: SimJobState, t: float, reason: str) -> None:
+        job.status = JobStatus.REJECTED
+        job.finish_time = t
+        del self._jobs[job.job_id]
+        self.out.rejected += 1
+        if job.measured:
+            self.out.measured_total -= 1
+            self._measured_done()
+
+    def _measured_done(self) -> None:
+        self._done_measured += 1
+        if self._track_left > 0:
+            self._track_left -= 1
+
+    # --- progress -----------------------------------------------------------------------------
+    def _rate(self, job: SimJobState, gpus: tuple[int, ...]) -> float:
+        requested = job.spec.gpus
+        rate = 1.0
+        if len(gpus) != requested:
+            rate = (len(gpus) / requested) ** job.costs.scaling_exponent
+        if len(gpus) > 1:
+            needed = -(-len(gpus) // max(1, self.cluster.largest_node_gpus))
+            if self.cluster.nodes_spanned(gpus) > needed:
+                rate /= job.costs.spread_slowdown
+        return rate
+
+    def _launch(self, job: SimJobState, gpus: tuple[int, ...], t: float) -> None:
+        self.cluster.assign(job.job_id, gpus)
+        busy = self._busy_until
+        start = t
+        for g in gpus:
+            start = max(start, busy[g])
+        overhead = 0.0
+        if job.preemptions > 0 or job.done0 > 0:
+            overhead = job.costs.restore_s + job.costs.relaunch_s
+            job.lost_gpu_s += overhead * len(gpus)
+        job.alloc_since = t
+        job.version += 1
+        job.status = JobStatus.RUNNING
+        job.gpus = gpus
+        job.start_line(start + overhead, self._rate(job, gpus))
+        if job.first_start_time is None:
+            job.first_start_time = t
+        job.last_start_time = t
+        if job.queued_since is not None:
+            job.longest_wait_s = max(job.longest_wait_s, t - job.queued_since)
+            job.queued_since = None
+        self._running[job.job_id] = job
+        if self._keyed is not None:
+            self._keyed.mark_running(job)
+        finish = job.productive_from + max(0.0, job.work_s - job.done0) / job.rate
+        self._event_seq += 1
+        heapq.heappush(self._events, (finish, self._event_seq, job.job_id, job.version))
+
+    def _release(self, job: SimJobState, t: float, *, checkpoint: bool) -> None:
+        self.out.productive_gpu_s += job.freeze()
+        gpus = job.gpus
+        n = len(gpus)
+        self.cluster.release(job.job_id, gpus)
+        hold_until = t
+        if checkpoint:
+            hold_until = t + job.checkpoint_s
+            job.lost_gpu_s += job.checkpoint_s * n
+            busy = self._busy_until
+            for g in gpus:
+                busy[g] = hold_until
+        if job.productive_from > t:  # stopped during its restore: only part of that cost was paid
+            job.lost_gpu_s -= (job.productive_from - t) * n
+        self.out.busy_gpu_s += (hold_until - job.alloc_since) * n
+        del self._running[job.job_id]
+        job.gpus = ()
+        job.rate = 0.0
+        job.version += 1
+
+    def _suspend(self, job: SimJobState, t: float) -> None:
+        self._release(job, t, checkpoint=True)
+        job.status = JobStatus.QUEUED
+        job.queued_since = t
+        job.preemptions += 1
+        job.last_preempt_time = t
+        if self._keyed is not None:
+            self._keyed.push(job, t)
+
+    # --- rounds -------------------------------------------------------------------------------
+    def _round(self, t: float) -> bool:
+        """Run one round at ``t``; returns whether it changed the allocation."""
+        offered: list[JobState] = []
+        if self._held or self._new:
+            offered = self._held + self._new
+            self._held = []
+            self._new = []
+        keyed = self._keyed
+        if self._fast and not offered:
+            waiting = keyed.waiting_count if keyed is not None else 0
+            if not waiting or (not self._preemptive and (not self._changed or not self.cluster.free_gpu_count)):
+                self._changed = False
+                return False
+        self.out.rounds += 1
+        self._changed = False
+        active = self.active
+        cluster = self.cluster
+        if offered:
+            verdict = self.admission.admit(offered, active, cluster, t)
+            by_id = {j.job_id: j for j in offered}
+            for job_id in verdict.accepted:
+                job = by_id.pop(job_id)
+                job.status = JobStatus.QUEUED
+                job.admit_time = t
+                job.queued_since = t
+                active[job_id] = job
+                if keyed is not None:
+                    keyed.push(job, t)
+            for job_id, reason in verdict.rejected.items():
+                self._reject(self._jobs[by_id.pop(job_id).job_id], t, reason)
+            held = set(verdict.held)
+            unanswered = [j for j in by_id if j not in held]
+            if unanswered:
+                raise SimulationError(
+                    f"admission policy {self.admission.name!r} gave no verdict for job(s) {unanswered[:5]}"
+                )
+            self._held = [j for j in offered if j.job_id in held]
+        if not active:
+            return False
+        debug = self.config.debug
+        before = snapshot_inputs(active, cluster) if debug else None
+        if keyed is not None:
+            ranking = keyed.ranking(active, t)
+            if debug:
+                expected = list(self.scheduling.rank(active, cluster, t).order)
+                if list(ranking.order) != expected:
+                    raise InvariantError(
+                        f"incremental order of {self.scheduling.name!r} differs from rank() at t={t}"
+                    )
+        else:
+            ranking = self.scheduling.rank(active, cluster, t)
+        target = self.placement.place(ranking, active, cluster, t)
+        plan = diff_plan(target, ranking, active)
+        if before is not None and snapshot_inputs(active, cluster) != before:
+            raise InvariantError(f"a policy mutated its inputs during the round at t={t}")
+        return self._apply(plan, t)
+
+    def _apply(self, plan: Plan, t: float) -> bool:
+        jobs = self._jobs
+        for job_id in plan.terminate:
+            job = jobs.get(job_id)
+            if job is None or job_id not in self.active:
+                raise SimulationError(f"plan terminates job {job_id!r}, which is not admitted")
+            self._end(job, t, JobStatus.COMPLETED)
+        for job_id in plan.suspend:
+            job = jobs.get(job_id)
+            if job is None or not job.is_running:
+                raise SimulationError(f"plan suspends job {job_id!r}, which is not running")
+            self._suspend(job, t)
+        for job_id, gpus in plan.launch.items():
+            job = jobs.get(job_id)
+            if job is None or job.is_running or job_id not in self.active:
+                raise SimulationError(f"plan launches job {job_id!r}, which is not a waiting job")
+            for g in gpus:
+                if not 0 <= g < self.cluster.total_gpus or not self.cluster.is_free(g):
+                    raise SimulationError(f"plan puts job {job_id!r} on GPU {g}, which is not free")
+            self._launch(job, tuple(gpus), t)
+        return bool(plan.launch or plan.suspend or plan.terminate)
+
+    # --- end ----------------------------------------------------------------------------------
+    def _finish(self, t: float) -> None:
+        out = self.out
+        out.end_time = t
+        self._clock.now = t
+        for job in self._running.values():
+            out.productive_gpu_s += job.freeze()
+            out.busy_gpu_s += (t - job.alloc_since) * len(job.gpus)
+        out.unfinished = sum(1 for job in self._jobs.values() if job.measured)
+
+    def _check(self, t: float) -> None:
+        check_invariants(self.active, self._held + self._new, self._jobs, self.cluster, t)
+
+
+def _service_line(job: JobState) -> tuple[float, float]:
+    assert isinstance(job, SimJobState)
+    return job.line_a, job.productive_from
+
+
+def _tick_at_or_after(t: float, round_s: float) -> float:
+    return math.ceil(t / round_s - _EPS) * round_s
+
+
+def _tick_after(t: float, round_s: float) -> float:
+    return (math.floor(t / round_s + _EPS) + 1) * round_s
+
+
+class _ProgressBar:
+    """A one-line progress bar on a terminal stream (jobs measured and simulated time)."""
+
+    def __init__(self, total: int | None, stream: TextIO) -> None:
+        self.total = total
+        self.stream = stream
+        self.start = time.monotonic()
+        self.last = 0.0
+
+    def update(self, done: int, sim_t: float, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < 0.25:
+            return
+        self.last = now
+        if self.total:
+            width = 30
+            filled = min(width, int(width * done / self.total))
+            head = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} jobs"
+        else:
+            head = f"{done} jobs"
+        self.stream.write(f"\r{head}  sim {sim_t / 3600:.1f} h  wall {now - self.start:.1f} s ")
+        self.stream.flush()
+
+    def close(self, done: int, sim_t: float) -> None:
+        self.update(done, sim_t, force=True)
+        self.stream.write("\n")
+        self.stream.flush()

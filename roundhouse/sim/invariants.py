@@ -1,0 +1,95 @@
+"""Invariants the simulator checks after every event in debug mode (``SimConfig.debug``).
+
+* no GPU is double-booked, and the cluster's view of who holds which GPU matches the jobs' view;
+* a job that is not running (waiting, held, suspended) holds no GPU;
+* work is conserved: done work is between 0 and the job's total, and productive time never
+  exceeds the time since submission (so JCT >= run time);
+* policies do not mutate their inputs (``snapshot_inputs`` before and after a round).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from services.core.state import ClusterState, JobState, JobStatus
+
+_EPS = 1e-6
+
+
+class InvariantError(AssertionError):
+    """The simulator's state broke one of its invariants (a bug in the simulator or a policy)."""
+
+
+class _Progress(Protocol):
+    @property
+    def work_s(self) -> float: ...
+    @property
+    def done_s(self) -> float: ...
+
+
+def check_invariants(
+    active: Mapping[str, JobState],
+    pending: Sequence[JobState],
+    sims: Mapping[str, _Progress],
+    cluster: ClusterState,
+    now: float,
+) -> None:
+    holders: dict[int, str] = {}
+    for gpu_id, jobs in enumerate(cluster.gpu_jobs):
+        if len(jobs) > 1:
+            raise InvariantError(f"t={now}: GPU {gpu_id} is double-booked by {jobs}")
+        if jobs:
+            holders[gpu_id] = jobs[0]
+    if cluster.free_gpu_count != cluster.total_gpus - len(holders):
+        raise InvariantError(f"t={now}: free GPU count {cluster.free_gpu_count} disagrees with the GPU table")
+    held_by_jobs = 0
+    for job_id, job in active.items():
+        if job.status is JobStatus.RUNNING:
+            if not job.gpus:
+                raise InvariantError(f"t={now}: running job {job_id} holds no GPU")
+            for g in job.gpus:
+                if holders.get(g) != job_id:
+                    raise InvariantError(
+                        f"t={now}: job {job_id} thinks it holds GPU {g}, the cluster says {holders.get(g)}"
+                    )
+            held_by_jobs += len(job.gpus)
+        elif job.status is JobStatus.QUEUED:
+            if job.gpus:
+                raise InvariantError(f"t={now}: waiting job {job_id} still holds GPUs {job.gpus}")
+        else:
+            raise InvariantError(f"t={now}: job {job_id} is {job.status} but still active")
+        sim = sims[job_id]
+        if not -_EPS <= sim.done_s <= sim.work_s * (1 + _EPS) + _EPS:
+            raise InvariantError(f"t={now}: job {job_id} did {sim.done_s} s of {sim.work_s} s of work")
+        if job.executed_time > now - job.submit_time + _EPS:
+            raise InvariantError(
+                f"t={now}: job {job_id} ran {job.executed_time} s since its submission at {job.submit_time}"
+            )
+    if held_by_jobs != len(holders):
+        raise InvariantError(f"t={now}: jobs hold {held_by_jobs} GPUs but the cluster has {len(holders)} busy")
+    for job in pending:
+        if job.gpus or job.status is JobStatus.RUNNING:
+            raise InvariantError(f"t={now}: job {job.job_id} is not admitted yet but holds GPUs")
+
+
+def snapshot_inputs(active: Mapping[str, JobState], cluster: ClusterState) -> tuple[Any, ...]:
+    """A comparable copy of everything a policy could mutate."""
+    jobs = tuple(
+        (
+            job_id,
+            job.status,
+            job.gpus,
+            job.attained_service,
+            job.executed_time,
+            job.preemptions,
+            job.first_start_time,
+            job.queued_since,
+            job.longest_wait_s,
+            job.iterations_done,
+            job.loss,
+            tuple(job.loss_history),
+        )
+        for job_id, job in active.items()
+    )
+    return (jobs, tuple(cluster.gpu_jobs), cluster.free_gpu_count)

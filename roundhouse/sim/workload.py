@@ -1,0 +1,66 @@
+"""What the simulator replays: a stream of ``TraceJob`` records in arrival order.
+
+A workload is any iterable of ``TraceJob`` sorted by ``arrival_s`` (generators may be infinite; the
+simulator stops when the tracked jobs are done). Records are small slotted objects; the simulator
+turns one into a ``JobState`` only when the job arrives, so a million-job trace never sits in memory
+as policy-facing state.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from schemas.job import JobClass
+
+
+class WorkloadError(ValueError):
+    """A workload (trace file or generator option) is malformed; the message says where and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a workload.
+
+    ``duration_s`` is the job's run time when it runs alone on ``gpus`` GPUs placed as compactly as
+    possible (the quantity traces record); the simulator derives slower rates from it.
+    """
+
+    index: int
+    """Position in arrival order, from 0; the job id and the unit of ``--track``."""
+    arrival_s: float
+    gpus: int
+    duration_s: float
+    job_class: JobClass = JobClass.BE
+    user: str = "default"
+    model: str | None = None
+    iterations: int | None = None
+    checkpoint_s: float | None = None
+    """Time to suspend this job (its grace period), overriding the cost model's per-model value."""
+
+    def __post_init__(self) -> None:
+        if self.gpus < 1:
+            raise WorkloadError(f"job {self.index}: needs at least 1 GPU, got {self.gpus}")
+        if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
+            raise WorkloadError(f"job {self.index}: duration must be a positive number, got {self.duration_s}")
+        if not (self.arrival_s >= 0 and math.isfinite(self.arrival_s)):
+            raise WorkloadError(f"job {self.index}: arrival must be >= 0, got {self.arrival_s}")
+        if self.iterations is not None and self.iterations < 1:
+            raise WorkloadError(f"job {self.index}: iterations must be >= 1, got {self.iterations}")
+
+    @property
+    def job_id(self) -> str:
+        return str(self.index)
+
+
+def checked_in_order(jobs: Iterable[TraceJob]) -> Iterator[TraceJob]:
+    """Pass ``jobs`` through, failing if arrivals go backwards or indexes are not 0, 1, 2, ..."""
+    last = -math.inf
+    for expected, job in enumerate(jobs):
+        if job.index != expected:
+            raise WorkloadError(f"job indexes must count up from 0: got {job.index} at position {expected}")
+        if job.arrival_s < last:
+            raise WorkloadError(f"job {job.index}: arrival {job.arrival_s} is before the previous {last}")
+        last = job.arrival_s
+        yield job

@@ -1,0 +1,44 @@
+"""``first-free``: the first free GPUs in cluster order (Blox's "First-Free GPU" placement, §7).
+
+A job takes the lowest-numbered free GPUs, node after node in cluster order, and may therefore be
+split across nodes even when one node could hold it (Blox ``_scattered_placement``). The walk over
+the ranking (keep running jobs, preempt from the bottom of the ranking, stop at the first job that
+does not fit) is ``services.core.placing.place_in_order``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+from services.core.decisions import Placement, Ranking
+from services.core.placing import FreeMap, place_in_order
+from services.core.registry import PLACEMENT
+from services.core.state import ClusterState, JobState
+
+
+def first_free_fit(job: JobState, need: int, free: FreeMap, cluster: ClusterState) -> tuple[int, ...] | None:
+    """The ``need`` lowest free GPU ids, taken node by node in cluster order."""
+    chosen: list[int] = []
+    for node in sorted(free):
+        for gpu in sorted(free[node]):
+            chosen.append(gpu)
+            if len(chosen) == need:
+                return tuple(chosen)
+    return None
+
+
+@PLACEMENT.register("first-free")
+class FirstFree:
+    """Lowest free GPU ids first; jobs may span nodes."""
+
+    name: ClassVar[str] = "first-free"
+    keeps_running: ClassVar[bool] = True
+
+    def __init__(self, *, backfill: bool = False) -> None:
+        self.backfill = backfill
+
+    def place(
+        self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float
+    ) -> Placement:
+        return place_in_order(ranking, jobs, cluster, first_free_fit, backfill=self.backfill)
