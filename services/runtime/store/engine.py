@@ -38,7 +38,7 @@ _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 class StoreConfig:
     """Tuning of the store. The defaults suit one scheduler on one host."""
 
-    max_batch_rows: int = 5000
+    max_batch_rows: int = 10_000
     """The writer commits once it has gathered this many rows (a request is never split)."""
     linger_s: float = 0.001
     """After draining the queue, wait this long once for more requests before committing (0: never)."""
