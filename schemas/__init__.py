@@ -17,6 +17,7 @@ from schemas.codec import (
     decode_reply,
     encode,
 )
+from schemas.control import JobsQuery, JobsReply, JobView, LeaseStopAt
 from schemas.ids import JobId, LeaseId, NodeId
 from schemas.job import JobClass, JobName, JobSpec, UserName
 from schemas.jobs import (
@@ -75,12 +76,16 @@ __all__ = [
     "JobSpec",
     "JobStarted",
     "JobSuspended",
+    "JobView",
+    "JobsQuery",
+    "JobsReply",
     "LeaseAck",
     "LeaseAckError",
     "LeaseGrant",
     "LeaseId",
     "LeaseRevoke",
     "LeaseState",
+    "LeaseStopAt",
     "MalformedMessageError",
     "NodeGpus",
     "NodeHeartbeat",

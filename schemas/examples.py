@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Final, TypeVar, cast
 
 from schemas.base import WireModel
+from schemas.control import JobsQuery, JobsReply, JobView, LeaseStopAt
 from schemas.job import JobClass, JobSpec
 from schemas.jobs import (
     CompletionReason,
@@ -80,6 +81,25 @@ def _gpu(i: int) -> GpuInventory:
         memory_mib=81_559,
         compute_capability="9.0",
         pci_bus_id=f"00000000:{0x18 + i:02X}:00.0",
+    )
+
+
+def _job_view() -> JobView:
+    return JobView(
+        job_id="job-0001",
+        name="resnet50-trial",
+        user="alice",
+        job_class=JobClass.TE,
+        status="running",
+        gpus=2,
+        placement={"node-01": [0, 1]},
+        submit_time=EXAMPLE_TS,
+        first_start_time=EXAMPLE_TS + 2.5,
+        finish_time=None,
+        attained_service_s=1200.0,
+        iterations_done=2400,
+        preemptions=1,
+        reason=None,
     )
 
 
@@ -373,6 +393,35 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
         HeldLease(lease_id="l", job_id="j", epoch=0, gpus=[0]),
     ),
     WorldInfo: lambda: (_world(0), _world(1)),
+    LeaseStopAt: lambda: (
+        LeaseStopAt(
+            event_id=_eid("stop-at"),
+            ts=EXAMPLE_TS,
+            epoch=7,
+            lease_id="lease-0001-2",
+            job_id="job-0001",
+            node_id="node-02",
+            stop_at=2401,
+            grace_s=25.5,
+        ),
+        LeaseStopAt(epoch=0, lease_id="l", job_id="j", node_id="n", stop_at=0, grace_s=0.0),
+    ),
+    JobsQuery: lambda: (
+        JobsQuery(
+            event_id=_eid("jobs-query"),
+            ts=EXAMPLE_TS,
+            job_ids=["job-0001", "job-0002"],
+            statuses=["running", "queued"],
+            user="alice",
+            include_finished=True,
+            after="job-0000",
+            limit=50,
+        ),
+        JobsQuery(),
+    ),
+    JobView: lambda: (_job_view(), JobView(job_id="j", name="n", user="u", job_class=JobClass.BE,
+                                           status="queued", gpus=1, submit_time=0.0)),
+    JobsReply: lambda: (JobsReply(jobs=[_job_view()], truncated=True, epoch=7), JobsReply(epoch=0)),
     NodeGpus: lambda: (NodeGpus(node_id="node-01", gpus=[0, 1, 2, 3]), NodeGpus(node_id="n", gpus=[0])),
     GpuSample: lambda: (
         GpuSample(

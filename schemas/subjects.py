@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from schemas.base import Event, WireModel
+from schemas.control import JobsQuery, JobsReply, LeaseStopAt
 from schemas.ids import MAX_ID_CHARS, TOKEN_PATTERN, is_token
 from schemas.jobs import (
     JobAccepted,
@@ -48,6 +49,7 @@ __all__ = [
     "NODE_HEARTBEAT",
     "NODE_REGISTER",
     "PLACEMENT_PLAN",
+    "QUERY_JOBS",
     "SCHEDULE_ROUND",
     "SUBJECTS",
     "InvalidSubjectTokenError",
@@ -57,6 +59,7 @@ __all__ = [
     "job_metrics",
     "lease_grant",
     "lease_revoke",
+    "lease_stop",
     "model_for",
     "node_metrics",
     "spec_for",
@@ -109,6 +112,8 @@ _LEASE_GRANT: Final = "lease.grant"
 _LEASE_REVOKE: Final = "lease.revoke"
 _METRICS_JOB: Final = "metrics.job"
 _METRICS_NODE: Final = "metrics.node"
+_LEASE_STOP: Final = "lease.stop"
+QUERY_JOBS: Final = "query.jobs"
 
 SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
     SubjectSpec(
@@ -236,6 +241,23 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         token_field="node_id",
         direction="worker -> metrics",
     ),
+    SubjectSpec(
+        f"{_LEASE_STOP}.*",
+        LeaseStopAt,
+        durable=False,
+        reply_model=LeaseAck,
+        description="Two-phase stop: finish iteration stop_at, then stop; request-reply.",
+        token_field="node_id",
+        direction="worker (coordinator) -> worker",
+    ),
+    SubjectSpec(
+        QUERY_JOBS,
+        JobsQuery,
+        durable=False,
+        reply_model=JobsReply,
+        description="The scheduler's view of jobs; request-reply.",
+        direction="client -> scheduler",
+    ),
 )
 
 
@@ -331,6 +353,11 @@ def lease_grant(node_id: str) -> str:
 def lease_revoke(node_id: str) -> str:
     """``lease.revoke.<node_id>``: where the scheduler sends a node its revokes."""
     return f"{_LEASE_REVOKE}.{_token('node id', node_id)}"
+
+
+def lease_stop(node_id: str) -> str:
+    """``lease.stop.<node_id>``: where a coordinator agent sends another node its ``stop_at``."""
+    return f"{_LEASE_STOP}.{_token('node id', node_id)}"
 
 
 def job_metrics(job_id: str) -> str:

@@ -102,7 +102,9 @@ def test_out_writes_one_file_per_model(capsys: pytest.CaptureFixture[str], tmp_p
     written = sorted(p.name for p in (tmp_path / "schemas").iterdir())
     assert "subjects.json" in written
     assert "JobArrived.schema.json" in written
-    assert len(written) == len({s.model for s in SUBJECTS}) + 3  # + LeaseAck, JobSpec, subjects.json
+    replies = {s.reply_model for s in SUBJECTS if s.reply_model is not None}
+    # one file per subject model and per reply model, plus JobSpec and subjects.json
+    assert len(written) == len({s.model for s in SUBJECTS}) + len(replies) + 2
     subjects = json.loads((tmp_path / "schemas" / "subjects.json").read_text())
     assert set(subjects["subjects"]) == {s.pattern for s in SUBJECTS}
     grant = json.loads((tmp_path / "schemas" / "LeaseGrant.schema.json").read_text())

@@ -6,6 +6,7 @@ import pytest
 
 from schemas import subjects
 from schemas.base import Event
+from schemas.control import JobsReply
 from schemas.examples import example
 from schemas.jobs import JobArrived, JobCancel, JobFailed
 from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke
@@ -30,8 +31,14 @@ DESIGN_SUBJECTS = {
 }  # fmt: skip
 
 
+CONTROL_SUBJECTS = {
+    # Beyond DESIGN.md's table (schemas/control.py): two-phase stop propagation and job queries.
+    "lease.stop.*", "query.jobs",
+}  # fmt: skip
+
+
 def test_table_covers_design() -> None:
-    assert {s.pattern for s in SUBJECTS} == DESIGN_SUBJECTS
+    assert {s.pattern for s in SUBJECTS} == DESIGN_SUBJECTS | CONTROL_SUBJECTS
 
 
 def test_each_model_has_one_subject() -> None:
@@ -107,7 +114,12 @@ def test_durable_patterns_are_the_lifecycle_subjects() -> None:
 
 def test_request_reply_subjects() -> None:
     with_reply = {s.pattern: s.reply_model for s in SUBJECTS if s.reply_model is not None}
-    assert with_reply == {"lease.grant.*": LeaseAck, "lease.revoke.*": LeaseAck}
+    assert with_reply == {
+        "lease.grant.*": LeaseAck,
+        "lease.revoke.*": LeaseAck,
+        "lease.stop.*": LeaseAck,
+        "query.jobs": JobsReply,
+    }
 
 
 def test_every_wildcard_names_its_token_field() -> None:
@@ -123,6 +135,8 @@ def test_every_wildcard_names_its_token_field() -> None:
 def test_helpers_build_concrete_subjects() -> None:
     assert subjects.lease_grant("node-01") == "lease.grant.node-01"
     assert subjects.lease_revoke("node-01") == "lease.revoke.node-01"
+    assert subjects.lease_stop("node-02") == "lease.stop.node-02"
+    assert subjects.QUERY_JOBS == "query.jobs"
     assert subjects.job_metrics("job_7") == "metrics.job.job_7"
     assert subjects.node_metrics("n1") == "metrics.node.n1"
     assert subjects.JOB_ARRIVED == "job.arrived"
