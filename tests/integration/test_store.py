@@ -324,3 +324,17 @@ async def test_close_flushes_queued_writes_and_reopen_sees_them(store_factory: S
     got = await second.get_job("j299")
     assert isinstance(got, JobRecord)
     assert got.version == 1
+
+
+async def test_pipelined_events_apply_in_queue_order(store: Store) -> None:
+    # A consumer queues a fetched batch in delivery order (one redelivered twice), then awaits each.
+    await store.add_jobs([job("j1")])
+    deliveries = [("e1", 1), ("e2", 2), ("e1", 1), ("e3", 3)]
+    futures = [
+        store.apply_event_nowait(event, "scheduler", [UpdateJob("j1", {"iterations_done": n}, expected_version=n)])
+        for event, n in deliveries
+    ]
+    assert [await f for f in futures] == [True, True, False, True]
+    got = await store.get_job("j1")
+    assert got is not None
+    assert (got.iterations_done, got.version) == (3, 4)

@@ -206,7 +206,8 @@ class Store:
     # --- writes ---------------------------------------------------------------------------------------
     def submit_nowait(self, ops: Iterable[WriteOp]) -> asyncio.Future[bool]:
         """Queue ``ops`` as one atomic request without waiting; the future resolves (True) once
-        committed. For producers that pipeline many requests; most callers want ``submit``."""
+        committed, or to the request's exception. Requests commit in the order they were queued.
+        For producers that pipeline many requests; most callers want ``submit``."""
         return self._writer.enqueue(compile_ops(ops), None)
 
     async def submit(self, ops: Iterable[WriteOp]) -> None:
@@ -216,6 +217,23 @@ class Store:
         ``ConstraintViolationError``; other requests in the same batch are unaffected.
         """
         await self._writer.enqueue(compile_ops(ops), None)
+
+    def apply_event_nowait(
+        self,
+        event_id: str | uuid.UUID,
+        consumer: str,
+        ops: Sequence[WriteOp],
+        *,
+        applied_at: float | None = None,
+    ) -> asyncio.Future[bool]:
+        """``apply_event`` without waiting: queue it now, await the future later.
+
+        Requests commit in the order they were queued, so a consumer can queue every message of a
+        fetched batch in delivery order, then await and ack each in turn: the effects are those of
+        applying them one by one, at the cost of one transaction for the lot.
+        """
+        mark = AppliedMark(consumer, str(event_id), time.time() if applied_at is None else applied_at)
+        return self._writer.enqueue(compile_ops(ops), mark)
 
     async def apply_event(
         self,
@@ -231,8 +249,7 @@ class Store:
         redelivery is then acked without being applied twice. If the ops fail, the event is not
         marked either, so a redelivery tries again.
         """
-        mark = AppliedMark(consumer, str(event_id), time.time() if applied_at is None else applied_at)
-        return await self._writer.enqueue(compile_ops(ops), mark)
+        return await self.apply_event_nowait(event_id, consumer, ops, applied_at=applied_at)
 
     async def add_jobs(self, jobs: Iterable[JobRecord]) -> None:
         await self.submit([InsertJobs(tuple(jobs))])
