@@ -36,7 +36,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from schemas.base import Event, WireModel
 from schemas.codec import MalformedMessageError, decode, decode_as, encode
 from schemas.subjects import SubjectSpec, UnknownSubjectError, durable_patterns, spec_for
-from services.runtime.consumer import ConsumerOptions, DurableConsumer
+from services.runtime.consumer import ConsumerOptions, DurableConsumer, MalformedHandler
 from services.runtime.kv import KVBucket
 
 log = logging.getLogger("roundhouse.bus")
@@ -399,6 +399,7 @@ class Bus:
         *,
         durable: str,
         options: ConsumerOptions | None = None,
+        on_malformed: MalformedHandler | None = None,
     ) -> DurableConsumer[E]:
         """Start a durable pull consumer on a lifecycle subject (or pattern).
 
@@ -415,6 +416,7 @@ class Bus:
             durable=self.name(durable),
             handler=handler,
             options=options or ConsumerOptions(),
+            on_malformed=on_malformed,
         )
         await consumer.start()
         self._consumers.append(consumer)

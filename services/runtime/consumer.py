@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("roundhouse.consumer")
 
 E = TypeVar("E", bound=Event)
+MalformedHandler = Callable[[bytes, MalformedMessageError], Awaitable[None]]
+"""Called with the raw payload and the reason before a malformed message is dead-lettered (e.g. so
+admission can tell a submitter why its job spec was refused)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,12 +75,14 @@ class DurableConsumer(Generic[E]):
         durable: str,
         handler: Callable[[E], Awaitable[None]],
         options: ConsumerOptions,
+        on_malformed: MalformedHandler | None = None,
     ) -> None:
         self.bus = bus
         self.subject = subject
         self.durable = durable
         self.handler = handler
         self.options = options
+        self.on_malformed = on_malformed
         self.stats = ConsumerStats()
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
@@ -141,6 +146,11 @@ class DurableConsumer(Generic[E]):
         except MalformedMessageError as exc:
             self.bus._count_malformed(subject)
             log.warning("consumer %s: dead-lettering malformed message: %s", self.durable, exc)
+            if self.on_malformed is not None:
+                try:
+                    await self.on_malformed(msg.data, exc)
+                except Exception:
+                    log.exception("consumer %s: on_malformed hook failed", self.durable)
             await self._dead_letter(msg, f"malformed: {exc}")
             return
         try:

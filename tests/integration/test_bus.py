@@ -211,8 +211,13 @@ async def test_malformed_lifecycle_message_is_dead_lettered_and_the_consumer_goe
     async def handler(event: JobArrived) -> None:
         handled.append(event.job_id)
 
+    told: list[tuple[bytes, str]] = []
+
+    async def on_malformed(data: bytes, exc: Exception) -> None:
+        told.append((data, str(exc)))
+
     consumer = await bus.consume("job.arrived", JobArrived, handler, durable="admission",
-                                 options=ConsumerOptions(fetch_timeout_s=0.2))
+                                 options=ConsumerOptions(fetch_timeout_s=0.2), on_malformed=on_malformed)
     await bus.js.publish(bus.wire("job.arrived"), b'{"job_id": "x y", "spec": {}}')
     await bus.publish("job.arrived", arrived(7))
     await eventually(lambda: handled == ["job-7"])
@@ -221,6 +226,8 @@ async def test_malformed_lifecycle_message_is_dead_lettered_and_the_consumer_goe
     assert dead.headers is not None
     assert "malformed" in dead.headers["Roundhouse-Reason"]
     assert "job_id" in dead.headers["Roundhouse-Reason"]
+    assert told[0][0] == b'{"job_id": "x y", "spec": {}}'
+    assert "job_id" in told[0][1]
 
 
 async def test_a_failing_handler_is_retried_then_dead_lettered(bus: Bus) -> None:
