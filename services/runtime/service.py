@@ -41,6 +41,8 @@ class RoundhouseService(abc.ABC):
 
     kind: ClassVar[str]
     description: ClassVar[str] = ""
+    config_model: ClassVar[type[ServiceConfig]] = ServiceConfig
+    """The service's settings; `roundhouse service KIND` derives its flags from this model's fields."""
 
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
