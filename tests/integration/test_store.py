@@ -197,6 +197,20 @@ async def test_concurrent_redeliveries_apply_exactly_once(store: Store) -> None:
     assert got.version == 2
 
 
+async def test_a_redelivery_in_a_batch_costs_one_retry_not_a_replay(store: Store) -> None:
+    await store.apply_event("old", "c", [])
+    before = store.stats
+    futures = [store.apply_event_nowait(f"new{i}", "c", []) for i in range(10)]
+    futures.insert(5, store.apply_event_nowait("old", "c", []))
+    results = await asyncio.gather(*futures)
+
+    assert results == [True] * 5 + [False] + [True] * 5
+    after = store.stats
+    assert (after.batches - before.batches, after.claim_retries - before.claim_retries) == (1, 1)
+    assert after.isolated_retries == before.isolated_retries
+    assert all([await store.is_applied(f"new{i}", "c") for i in range(10)])
+
+
 async def test_failed_apply_is_not_marked_and_can_be_retried(store: Store) -> None:
     with pytest.raises(JobNotFoundError):
         await store.apply_event("evt-2", "scheduler", [UpdateJob("late", {"preemptions": 1})])

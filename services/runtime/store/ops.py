@@ -20,6 +20,7 @@ from typing import Any, TypeAlias
 from sqlalchemy import bindparam, delete, insert, literal_column, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine.interfaces import Dialect as SADialect
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ValuesBase
 
@@ -374,26 +375,36 @@ async def run_steps(conn: AsyncConnection, st: Statements, steps: Sequence[Step]
         i = j
 
 
-async def claim_events(conn: AsyncConnection, st: Statements, marks: Sequence[AppliedMark | None]) -> list[bool]:
-    """Claim the events of a batch at once: one SELECT per consumer for ids already applied, one bulk
-    INSERT for the rest. Returns, per request, whether its operations should run (False: a no-op
-    redelivery, or a duplicate of an earlier request in the same batch). A concurrent writer in
-    another process that claims an id in between makes the INSERT fail; the writer then falls back
-    to ``claim_event`` per request, which is exact."""
+class ClaimConflictError(StoreError):
+    """A bulk claim met an event id already in ``applied_events`` (a redelivery); the writer retries
+    the batch with ``preselect``. Never reaches a caller."""
+
+
+async def claim_events(
+    conn: AsyncConnection, st: Statements, marks: Sequence[AppliedMark | None], *, preselect: bool
+) -> list[bool]:
+    """Claim the events of a batch with one bulk INSERT. Returns, per request, whether its
+    operations should run: False for a repeat of an earlier request in the same batch, and, with
+    ``preselect``, for an event already applied (found by one SELECT per consumer).
+
+    Without ``preselect`` (the common case: redeliveries are rare) an event already applied makes
+    the INSERT fail with ``ClaimConflictError`` before anything else of the batch ran; the writer
+    then retries with ``preselect``. A concurrent writer in another process that claims an id in
+    between still makes the INSERT fail, and the writer falls back to ``claim_event`` per request.
+    """
     flags = [True] * len(marks)
-    by_consumer: dict[str, list[str]] = {}
-    for mark in marks:
-        if mark is not None:
-            by_consumer.setdefault(mark.consumer, []).append(mark.event_id)
-    if not by_consumer:
-        return flags
     applied: set[tuple[str, str]] = set()
-    for consumer, ids in by_consumer.items():
-        for i in range(0, len(ids), _IN_CHUNK):
-            stmt = select(applied_table.c.event_id).where(
-                applied_table.c.consumer == consumer, applied_table.c.event_id.in_(ids[i : i + _IN_CHUNK])
-            )
-            applied.update((consumer, event_id) for event_id in (await conn.execute(stmt)).scalars())
+    if preselect:
+        by_consumer: dict[str, list[str]] = {}
+        for mark in marks:
+            if mark is not None:
+                by_consumer.setdefault(mark.consumer, []).append(mark.event_id)
+        for consumer, ids in by_consumer.items():
+            for i in range(0, len(ids), _IN_CHUNK):
+                stmt = select(applied_table.c.event_id).where(
+                    applied_table.c.consumer == consumer, applied_table.c.event_id.in_(ids[i : i + _IN_CHUNK])
+                )
+                applied.update((consumer, event_id) for event_id in (await conn.execute(stmt)).scalars())
     new_rows: list[RowTuple] = []
     for index, mark in enumerate(marks):
         if mark is None:
@@ -405,7 +416,12 @@ async def claim_events(conn: AsyncConnection, st: Statements, marks: Sequence[Ap
             applied.add(key)
             new_rows.append(mark.row())
     if new_rows:
-        await conn.exec_driver_sql(st.insert_applied.sql, new_rows)
+        try:
+            await conn.exec_driver_sql(st.insert_applied.sql, new_rows)
+        except IntegrityError as exc:
+            if preselect:
+                raise
+            raise ClaimConflictError("an event of this batch was applied before") from exc
     return flags
 
 

@@ -158,4 +158,6 @@ class WriterStats:
     """Rows named by the operations of successful requests."""
     isolated_retries: int = 0
     """Batches that failed as a whole and were retried request by request."""
+    claim_retries: int = 0
+    """Batches retried because an event in them had been applied before (a redelivery)."""
     failed_requests: int = 0

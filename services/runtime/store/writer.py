@@ -23,7 +23,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from services.runtime.store.engine import WRITER_OPTIONS, StoreConfig
 from services.runtime.store.errors import ConstraintViolationError, StoreClosedError
-from services.runtime.store.ops import AppliedMark, Statements, Step, claim_event, claim_events, run_steps
+from services.runtime.store.ops import (
+    AppliedMark,
+    ClaimConflictError,
+    Statements,
+    Step,
+    claim_event,
+    claim_events,
+    run_steps,
+)
 from services.runtime.store.records import WriterStats
 
 log = logging.getLogger(__name__)
@@ -74,6 +82,7 @@ class BatchWriter:
         self._requests = 0
         self._rows = 0
         self._isolated = 0
+        self._claim_retries = 0
         self._failed = 0
 
     @property
@@ -84,6 +93,7 @@ class BatchWriter:
             requests=self._requests,
             rows=self._rows,
             isolated_retries=self._isolated,
+            claim_retries=self._claim_retries,
             failed_requests=self._failed,
         )
 
@@ -159,7 +169,12 @@ class BatchWriter:
         self._requests += len(batch)
         outcomes: list[_Outcome]
         try:
-            flags = await self._write_batch(batch)
+            try:
+                flags = await self._write_batch(batch, preselect=False)
+            except ClaimConflictError:
+                # A redelivered event in the batch: look the batch's events up first this time.
+                self._claim_retries += 1
+                flags = await self._write_batch(batch, preselect=True)
         except Exception as exc:
             log.debug("batch of %d requests failed (%s); retrying request by request", len(batch), exc)
             self._isolated += 1
@@ -180,12 +195,12 @@ class BatchWriter:
                 if not req.future.done():
                     req.future.set_result(outcome)
 
-    async def _write_batch(self, batch: list[_Request]) -> list[bool]:
+    async def _write_batch(self, batch: list[_Request], *, preselect: bool) -> list[bool]:
         async with self._engine.connect() as conn:
             await conn.execution_options(**WRITER_OPTIONS)
             async with conn.begin():
                 if any(r.mark is not None for r in batch):
-                    flags = await claim_events(conn, self._st, [r.mark for r in batch])
+                    flags = await claim_events(conn, self._st, [r.mark for r in batch], preselect=preselect)
                     steps = [s for r, run in zip(batch, flags, strict=True) if run for s in r.steps]
                 else:
                     flags = [True] * len(batch)
