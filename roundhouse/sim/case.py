@@ -51,6 +51,7 @@ class Case:
     round_on: tuple[str, ...] = ()
     max_time_s: float | None = None
     debug: bool = False
+    fast_paths: bool = True
 
     def labels(self) -> dict[str, str]:
         """Short labels for a sweep table."""
@@ -132,6 +133,7 @@ def run_case(case: Case, *, progress: bool = False) -> CaseResult:
         costs=CostModel.free() if case.free_preemption else CostModel(),
         debug=case.debug,
         progress=progress,
+        fast_paths=case.fast_paths,
     )
     simulator = Simulator(
         workload,

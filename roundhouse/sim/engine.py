@@ -72,6 +72,9 @@ class SimConfig:
     """Check invariants after every event and that policies leave their inputs untouched (slow)."""
     progress: bool = False
     """Draw a progress bar on stderr."""
+    fast_paths: bool = True
+    """Use the policies' optional fast-path hooks (incremental order, round skipping). False runs
+    every round through plain ``rank()``: the same results, slower (a baseline for benchmarks)."""
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -133,7 +136,7 @@ class Simulator:
         self._clock = SimClock()
         self._keyed = (
             KeyedOrder(scheduling, service_line=_service_line)  # type: ignore[arg-type]
-            if is_sort_keyed(scheduling)
+            if is_sort_keyed(scheduling) and self.config.fast_paths
             else None
         )
         self._fast = self._keyed is not None and keeps_running(placement)
@@ -176,6 +179,8 @@ class Simulator:
         loops = 0
         bar = _ProgressBar(self._progress_total, self._progress_stream) if config.progress else None
         while True:
+            if round_at < INF and not (self.active or self._held or self._new):
+                round_at = INF  # an empty system needs no round until something arrives
             t_event = events[0][0] if events else INF
             t_arrival = upcoming.arrival_s if upcoming is not None else INF
             t = min(t_event, t_arrival, round_at)

@@ -19,12 +19,14 @@ class WorkloadError(ValueError):
     """A workload (trace file or generator option) is malformed; the message says where and why."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TraceJob:
     """One job of a workload.
 
-    ``duration_s`` is the job's run time when it runs alone on ``gpus`` GPUs placed as compactly as
-    possible (the quantity traces record); the simulator derives slower rates from it.
+    Treat it as immutable (it is not frozen only because frozen dataclasses are slow to build, and
+    workloads create millions). ``duration_s`` is the job's run time when it runs alone on ``gpus``
+    GPUs placed as compactly as possible (the quantity traces record); the simulator derives slower
+    rates from it.
     """
 
     index: int

@@ -37,18 +37,11 @@ ServiceLine = Callable[[JobState], tuple[float, float]]
 attained service is ``a + len(job.gpus) * now`` (owners that know how service evolves)."""
 
 
-class _HeapEntry:
-    """A waiting job's key in the heap; ``alive`` is cleared instead of removing the entry."""
-
-    __slots__ = ("alive", "job_id", "key")
-
-    def __init__(self, key: Key, job_id: str) -> None:
-        self.key = key
-        self.job_id = job_id
-        self.alive = True
-
-    def __lt__(self, other: _HeapEntry) -> bool:
-        return self.key < other.key
+def _entry(key: Key, job_id: str) -> list[Any]:
+    """A waiting job's heap entry ``[key, job_id, alive]``; lists compare in C, element by element,
+    and keys are total, so ``job_id`` and ``alive`` never take part in a comparison. ``alive`` is
+    cleared instead of removing the entry from the heap."""
+    return [key, job_id, True]
 
 
 class KeyedOrder:
@@ -76,10 +69,10 @@ class KeyedOrder:
     def __init__(self, policy: SortKeyPolicy, *, service_line: ServiceLine | None = None) -> None:
         self._policy = policy
         self._preempt = is_preemptive(policy)
-        self._heap: list[_HeapEntry] = []
-        self._waiting: dict[str, _HeapEntry] = {}
+        self._heap: list[list[Any]] = []
+        self._waiting: dict[str, list[Any]] = {}
         self._running: dict[str, JobState] = {}
-        self._expiry: list[tuple[float, int, str, _HeapEntry]] = []
+        self._expiry: list[tuple[float, int, str, list[Any]]] = []
         self._stale = 0
         parts = getattr(policy, "key_parts", None)
         grouped = service_line is not None and callable(parts)
@@ -105,7 +98,7 @@ class KeyedOrder:
         job_id = job.job_id
         self._unrun(job_id)
         self._kill(job_id)
-        entry = _HeapEntry(self._policy.sort_key(job, now), job_id)
+        entry = _entry(self._policy.sort_key(job, now), job_id)
         self._waiting[job_id] = entry
         heapq.heappush(self._heap, entry)
         until = self._policy.key_stable_until(job, now)
@@ -147,21 +140,21 @@ class KeyedOrder:
     def _kill(self, job_id: str) -> None:
         entry = self._waiting.pop(job_id, None)
         if entry is not None:
-            entry.alive = False
+            entry[2] = False
             self._stale += 1
 
     def _tidy(self, jobs: Mapping[str, JobState], now: float) -> None:
         expiry = self._expiry
         while expiry and expiry[0][0] <= now:
             _, _, job_id, entry = heapq.heappop(expiry)
-            if entry.alive and self._waiting.get(job_id) is entry:
+            if entry[2] and self._waiting.get(job_id) is entry:
                 self.push(jobs[job_id], now)
         heap = self._heap
-        while heap and not heap[0].alive:
+        while heap and not heap[0][2]:
             heapq.heappop(heap)
             self._stale -= 1
         if self._stale > 64 and self._stale > len(self._waiting):
-            self._heap = [e for e in heap if e.alive]
+            self._heap = [e for e in heap if e[2]]
             heapq.heapify(self._heap)
             self._stale = 0
         if self._pending:
@@ -179,7 +172,8 @@ class KeyedOrder:
         def key(job_id: str) -> Key:
             entry = waiting_keys.get(job_id)
             if entry is not None:
-                return entry.key
+                key: Key = entry[0]
+                return key
             return running.key(job_id)
 
         return Ranking(order=order, preempt=self._preempt, running=running, waiting=waiting, key=key)
@@ -294,7 +288,7 @@ class _RunningView(_LazySequence):
 class _WaitingView(_LazySequence):
     """Waiting jobs in key order, read from the heap without popping it."""
 
-    def __init__(self, heap: list[_HeapEntry], count: int) -> None:
+    def __init__(self, heap: list[list[Any]], count: int) -> None:
         self._heap = heap
         self._count = count
 
@@ -303,13 +297,13 @@ class _WaitingView(_LazySequence):
         n = len(heap)
         if not n:
             return
-        frontier: list[tuple[_HeapEntry, int]] = [(heap[0], 0)]
+        frontier: list[tuple[list[Any], int]] = [(heap[0], 0)]
         push = heapq.heappush
         pop = heapq.heappop
         while frontier:
             entry, i = pop(frontier)
-            if entry.alive:
-                yield entry.key, entry.job_id
+            if entry[2]:
+                yield entry[0], entry[1]
             left = 2 * i + 1
             if left < n:
                 push(frontier, (heap[left], left))

@@ -1,0 +1,132 @@
+"""KeyedOrder gives exactly sorted(jobs, key=sort_key), through every lazy view, as jobs change."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from services.core.decisions import Ranking
+from services.core.ordering import KeyedOrder
+from services.core.placing import place_in_order
+from services.core.state import ClusterState, JobState, JobStatus
+from services.placement.policies.consolidated import consolidated_fit
+from services.placement.policies.first_free import first_free_fit
+from services.scheduler.policies.fifo import Fifo
+from services.scheduler.policies.las import Las
+from tests.unit.policies.builders import job
+
+NOW = 1000.0
+
+
+def _line(job_: JobState) -> tuple[float, float]:
+    # In these tests time stands still at NOW and every running job is productive.
+    return job_.attained_service - len(job_.gpus) * NOW, NOW - 1.0
+
+
+def _scenario(seed: int, nodes: int = 4, per_node: int = 4) -> tuple[dict[str, JobState], ClusterState]:
+    rng = random.Random(seed)
+    cluster = ClusterState.uniform(nodes, per_node)
+    jobs: dict[str, JobState] = {}
+    free = list(range(nodes * per_node))
+    for i in range(rng.randint(3, 30)):
+        gpus = rng.choice((1, 1, 2, 4))
+        service = float(rng.choice((0, 100, 100, 300, 1200)))
+        state = job(f"j{i}", gpus=gpus, submit=float(rng.randint(0, 5)), seq=i, service=service)
+        if rng.random() < 0.5 and len(free) >= gpus:
+            state.gpus = tuple(free[:gpus])
+            del free[:gpus]
+            state.status = JobStatus.RUNNING
+            cluster.assign(state.job_id, state.gpus)
+        else:
+            state.queued_since = float(rng.randint(0, 900))
+        jobs[state.job_id] = state
+    return jobs, cluster
+
+
+def _keyed(policy: Fifo | Las, jobs: dict[str, JobState], grouped: bool) -> KeyedOrder:
+    order = KeyedOrder(policy, service_line=_line if grouped else None)
+    for state in jobs.values():
+        if state.is_running:
+            order.mark_running(state)
+        else:
+            order.push(state, NOW)
+    return order
+
+
+POLICIES = [Fifo(), Las(), Las(starvation_s=500.0)]
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "resorted"])
+@pytest.mark.parametrize("policy", POLICIES, ids=["fifo", "las", "las-starvation"])
+@pytest.mark.parametrize("seed", range(25))
+def test_views_equal_rank(policy: Fifo | Las, grouped: bool, seed: int) -> None:
+    jobs, cluster = _scenario(seed)
+    expected = list(policy.rank(jobs, cluster, NOW).order)
+    ranking = _keyed(policy, jobs, grouped).ranking(jobs, NOW)
+    assert list(ranking.order) == expected
+    assert ranking.running is not None
+    assert ranking.waiting is not None
+    assert ranking.key is not None
+    assert list(ranking.running) == [j for j in expected if jobs[j].is_running]
+    assert list(reversed(ranking.running)) == [j for j in reversed(expected) if jobs[j].is_running]
+    assert list(ranking.waiting) == [j for j in expected if not jobs[j].is_running]
+    assert sorted(expected, key=ranking.key) == expected
+    assert len(ranking.order) == len(jobs)
+    assert ranking.order[0] == expected[0]
+
+
+@pytest.mark.parametrize("fit", [consolidated_fit, first_free_fit], ids=["consolidated", "first-free"])
+@pytest.mark.parametrize("policy", POLICIES, ids=["fifo", "las", "las-starvation"])
+@pytest.mark.parametrize("seed", range(25))
+def test_two_pointer_walk_equals_full_walk(policy: Fifo | Las, fit: object, seed: int) -> None:
+    jobs, cluster = _scenario(seed, nodes=3)
+    full = place_in_order(policy.rank(jobs, cluster, NOW), jobs, cluster, fit)  # type: ignore[arg-type]
+    fast = place_in_order(_keyed(policy, jobs, True).ranking(jobs, NOW), jobs, cluster, fit)  # type: ignore[arg-type]
+    assert full.plan is not None
+    assert fast.plan is not None
+    assert dict(fast.plan.launch) == dict(full.plan.launch)
+    assert sorted(fast.plan.suspend) == sorted(full.plan.suspend)
+    assert dict(fast.allocation) == dict(full.allocation)
+
+
+def test_changes_are_tracked() -> None:
+    policy = Las()
+    a, b, c = job("a", service=10.0, seq=1), job("b", service=20.0, seq=2), job("c", service=5.0, seq=3)
+    jobs = {j.job_id: j for j in (a, b, c)}
+    order = KeyedOrder(policy, service_line=_line)
+    for j in (a, b, c):
+        order.push(j, NOW)
+    assert list(order.ranking(jobs, NOW).order) == ["c", "a", "b"]
+    c.status, c.gpus, c.attained_service = JobStatus.RUNNING, (0,), 50.0
+    order.mark_running(c)
+    assert list(order.ranking(jobs, NOW).order) == ["a", "b", "c"]
+    assert order.running_count == 1
+    assert order.waiting_count == 2
+    order.discard("a")
+    del jobs["a"]
+    assert list(order.ranking(jobs, NOW).order) == ["b", "c"]
+    c.status, c.gpus = JobStatus.QUEUED, ()
+    order.push(c, NOW)
+    assert list(order.ranking(jobs, NOW).order) == ["b", "c"]
+    assert order.running_count == 0
+
+
+def test_expiring_keys_are_refreshed() -> None:
+    policy = Las(starvation_s=100.0)
+    old = job("old", service=900.0, queued_since=0.0, seq=1)
+    new = job("new", service=0.0, queued_since=50.0, seq=2)
+    jobs = {"old": old, "new": new}
+    order = KeyedOrder(policy)
+    order.push(old, 50.0)
+    order.push(new, 50.0)
+    assert list(order.ranking(jobs, 60.0).order) == ["new", "old"]
+    assert list(order.ranking(jobs, 100.0).order) == ["old", "new"]
+
+
+def test_ranking_is_a_plain_ranking() -> None:
+    jobs, _ = _scenario(3)
+    ranking = _keyed(Fifo(), jobs, False).ranking(jobs, NOW)
+    assert isinstance(ranking, Ranking)
+    assert ranking.preempt is False
+    assert ranking.order == list(ranking.order)

@@ -1,0 +1,141 @@
+"""Workload generators (per-stream seeding, Blox's formulas) and trace readers."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+
+from roundhouse.sim.cluster import ClusterSpecError, parse_shape, read_tiresias_spec
+from roundhouse.sim.synthetic import FitGppSynthetic, GpuCounts, PhillySynthetic, stream
+from roundhouse.sim.traces import read_trace
+from roundhouse.sim.workload import WorkloadError
+from schemas.job import JobClass
+
+TRACES = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces"
+
+
+def _needs_traces() -> None:
+    if not TRACES.is_dir():
+        pytest.skip(f"real traces not found at {TRACES} (see the project README)")
+
+
+def test_philly_synthetic_follows_bloxs_formulas() -> None:
+    jobs = list(itertools.islice(PhillySynthetic(jobs_per_hour=8.0, seed=1), 4000))
+    gaps = [b.arrival_s - a.arrival_s for a, b in itertools.pairwise(jobs)]
+    assert all(g == int(g) and g >= 1 for g in gaps)  # ceil'd whole seconds
+    assert sum(gaps) / len(gaps) == pytest.approx(3600 / 8, rel=0.06)
+    minutes = [j.duration_s / 60 for j in jobs]
+    assert all(10**1.5 <= m <= 10**4 for m in minutes)
+    long_share = sum(1 for m in minutes if m > 1000) / len(minutes)
+    assert long_share == pytest.approx(0.2, abs=0.03)
+    assert {j.gpus for j in jobs} == {1}
+    assert [j.index for j in jobs[:3]] == [0, 1, 2]
+
+
+def test_streams_are_independent() -> None:
+    # Changing the GPU-count distribution must not move arrivals or durations.
+    single = list(itertools.islice(PhillySynthetic(jobs_per_hour=5.0, seed=7), 200))
+    gavel = list(itertools.islice(PhillySynthetic(jobs_per_hour=5.0, seed=7, gpu_counts=GpuCounts.gavel()), 200))
+    assert [(j.arrival_s, j.duration_s) for j in single] == [(j.arrival_s, j.duration_s) for j in gavel]
+    assert {j.gpus for j in gavel} <= {1, 2, 4, 8}
+    assert stream(1, "a").random() != stream(1, "b").random()
+    assert stream(1, "a").random() == stream(1, "a").random()
+
+
+def test_gavel_gpu_counts() -> None:
+    counts = GpuCounts.gavel()
+    rng = stream(0, "test")
+    draws = [counts.sample(rng) for _ in range(20_000)]
+    assert draws.count(1) / len(draws) == pytest.approx(0.7, abs=0.02)
+    assert counts.mean == pytest.approx(0.7 + 0.2 + 0.6 + 0.4)
+
+
+def test_fitgpp_synthetic_shape() -> None:
+    workload = FitGppSynthetic(total_gpus=64, load=2.0, num_jobs=3000, seed=2)
+    jobs = list(workload)
+    te = [j for j in jobs if j.job_class is JobClass.TE]
+    assert len(te) / len(jobs) == pytest.approx(0.3, abs=0.03)
+    assert max(j.duration_s for j in te) <= 1800
+    assert max(j.duration_s for j in jobs) <= 24 * 3600
+    assert all(1 <= j.gpus <= 8 for j in jobs)
+    assert all(j.checkpoint_s is not None and 5 <= j.checkpoint_s <= 1200 for j in jobs)
+    offered = sum(j.gpus * j.duration_s for j in jobs) / (64 * jobs[-1].arrival_s)
+    assert offered == pytest.approx(2.0, rel=0.15)
+
+
+def test_roundhouse_csv(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.csv"
+    path.write_text(
+        "arrival_s,gpus,duration_s,iterations,iteration_s,class,user,model,checkpoint_s\n"
+        "30,2,,100,1.5,TE,alice,resnet50,\n"
+        "10,1,600,,,BE,bob,,12\n",
+        encoding="utf-8",
+    )
+    jobs = read_trace(path, "roundhouse")
+    assert [(j.index, j.arrival_s, j.gpus, j.duration_s) for j in jobs] == [(0, 10.0, 1, 600.0), (1, 30.0, 2, 150.0)]
+    assert jobs[1].job_class is JobClass.TE
+    assert jobs[1].user == "alice"
+    assert jobs[0].checkpoint_s == 12.0
+    assert jobs[1].iterations == 100
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("arrival_s,gpus\n1,1\n", "duration_s"),
+        ("arrival_s,gpus,duration_s,colour\n1,1,5,red\n", "unknown column"),
+        ("arrival_s,gpus,duration_s\n1,x,5\n", "must be a number"),
+        ("arrival_s,gpus,duration_s,class\n1,1,5,XX\n", "TE or BE"),
+        ("arrival_s,gpus,duration_s\n1,0,5\n", "at least 1 GPU"),
+    ],
+)
+def test_roundhouse_csv_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(WorkloadError, match=message):
+        read_trace(path, "roundhouse")
+
+
+def test_unknown_format_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="valid: philly"):
+        read_trace(tmp_path / "x.csv", "gavel")
+    with pytest.raises(WorkloadError, match="does not exist"):
+        read_trace(tmp_path / "x.csv", "tiresias")
+
+
+@pytest.mark.traces
+def test_tiresias_trace_and_cluster_spec() -> None:
+    _needs_traces()
+    jobs = read_trace(TRACES / "tiresias-60job.csv", "tiresias")
+    assert len(jobs) == 60
+    assert (jobs[0].gpus, jobs[0].duration_s, jobs[0].model, jobs[0].iterations) == (1, 164.0, "vgg19", 606)
+    cluster = read_tiresias_spec(TRACES / "tiresias-cluster-n32g4.csv")
+    assert (cluster.total_gpus, len(cluster.nodes), cluster.largest_node_gpus) == (128, 32, 4)
+
+
+@pytest.mark.traces
+def test_philly_trace_replay_keeps_real_times() -> None:
+    _needs_traces()
+    jobs = read_trace(TRACES / "philly-pollux.csv", "philly")
+    assert len(jobs) == 82247
+    assert jobs[0].arrival_s == 0.0
+    assert all(a.arrival_s <= b.arrival_s for a, b in itertools.pairwise(jobs[:5000]))
+    # 2017-09-04 10:30:41 -> 2017-12-22 08:02:11: 109 days minus 2:28:30, with no daylight-saving hour
+    assert jobs[-1].arrival_s == 109 * 86_400 - (2 * 3600 + 28 * 60 + 30)
+    assert max(j.gpus for j in jobs) == 128
+    pollux = read_trace(TRACES / "pollux-workload-1.csv", "pollux")
+    assert len(pollux) == 160
+    assert all(math.isfinite(j.duration_s) for j in pollux)
+
+
+def test_cluster_shapes(tmp_path: Path) -> None:
+    assert parse_shape("32x4") == (32, 4)
+    with pytest.raises(ClusterSpecError, match="NODESxGPUS"):
+        parse_shape("32*4")
+    bad = tmp_path / "spec.csv"
+    bad.write_text("num_switch,num_node_p_switch\n1,2\n", encoding="utf-8")
+    with pytest.raises(ClusterSpecError, match="num_gpu_p_node"):
+        read_tiresias_spec(bad)
