@@ -1,15 +1,22 @@
 """Store write throughput: single-row commits vs the batched writer, in one run.
 
-Baseline: one caller awaiting ``add_jobs([job])`` in a loop with lingering off, so every job is its
-own transaction (what a naive repository does). Batched: the same single-job requests issued
-concurrently, which the writer folds into a few large transactions; once from a pipelining producer
-(``submit_nowait`` for every job, then wait), once from many concurrent callers that each ``await``
-their write (how request handlers use it). Rows per second and the ratio to the baseline are printed
-for SQLite (a temporary data directory) and, when one is reachable, PostgreSQL (a throw-away schema).
+Modes, each inserting new jobs (uuid4-hex ids, realistic specs) into a fresh store:
 
-    python -m benchmarks.store [--rows 60000] [--postgres URL | --no-postgres]
+* single-row commits: one caller awaiting ``add_jobs([job])`` in a loop with lingering off, so every
+  job is its own transaction (what a naive repository does): the baseline;
+* batched, N in flight: an open-loop producer keeping up to N single-job requests queued
+  (``submit_nowait``), waiting on the oldest when full, as a consumer bounded by max_ack_pending does;
+* batched, N callers: N tasks, each awaiting its own single-job ``add_jobs`` before the next (closed
+  loop: a batch holds at most N requests);
+* apply_event, N in flight: like the open loop, but each job is applied as an event
+  (``apply_event_nowait``: claim the event id for idempotency, then insert), the consumer's path.
 
-Target (issue 2): batched >= 30,000 rows/s on SQLite on the project's CI machine.
+Rows per second, transactions and the ratio to the baseline are printed for SQLite (a temporary
+data directory) and, when one is reachable, PostgreSQL (a throw-away schema, dropped afterwards).
+
+    python -m benchmarks.store [--rows 40000] [--postgres URL | --no-postgres]
+
+Target (issue 2): batched >= 30,000 rows/s on SQLite on the project's development machine.
 """
 
 from __future__ import annotations
@@ -96,25 +103,39 @@ async def measure_single(target: str, backend: str, jobs: Sequence[JobRecord], s
 
 
 async def measure_pipelined(
-    target: str, backend: str, jobs: Sequence[JobRecord], schema: str | None, window: int
+    target: str,
+    backend: str,
+    jobs: Sequence[JobRecord],
+    schema: str | None,
+    window: int,
+    *,
+    as_events: bool = False,
 ) -> Measurement:
+    """Open loop with flow control: keep up to ``window`` single-job requests in flight (like a
+    JetStream consumer bounded by max_ack_pending), waiting on the oldest when full. The writer
+    commits in queue order, so the oldest future is the next to resolve. With ``as_events`` each
+    job is applied as an event (``apply_event_nowait``: claim the event id, then insert)."""
+    event_ids = [uuid.uuid4().hex for _ in jobs] if as_events else []
     store = await Store.open(target, schema=schema)
     try:
 
+        def request(index: int, job: JobRecord) -> asyncio.Future[bool]:
+            if as_events:
+                return store.apply_event_nowait(event_ids[index], "bench", [InsertJobs((job,))])
+            return store.submit_nowait([InsertJobs((job,))])
+
         async def body() -> None:
-            # An open-loop producer with flow control (like a JetStream consumer's max_ack_pending):
-            # it keeps up to ``window`` single-job requests in flight, waiting on the oldest when full.
-            # The writer commits in queue order, so the oldest future is the next to resolve.
             in_flight: deque[asyncio.Future[bool]] = deque()
-            for job in jobs:
+            for index, job in enumerate(jobs):
                 if len(in_flight) >= window and not await in_flight.popleft():
                     raise RuntimeError("a benchmark insert was not applied")
-                in_flight.append(store.submit_nowait([InsertJobs((job,))]))
+                in_flight.append(request(index, job))
             for future in in_flight:
                 if not await future:
                     raise RuntimeError("a benchmark insert was not applied")
 
-        return await _timed(store, backend, f"batched, {window} in flight", len(jobs), body)
+        mode = f"{'apply_event' if as_events else 'batched'}, {window} in flight"
+        return await _timed(store, backend, mode, len(jobs), body)
     finally:
         await store.close()
 
@@ -168,6 +189,9 @@ async def run_backend(
     jobs = make_jobs(specs, args.rows)
     with frozen_inputs():
         results.append(await measure_callers(target, backend, jobs, schema, args.callers))
+    jobs = make_jobs(specs, args.rows)
+    with frozen_inputs():
+        results.append(await measure_pipelined(target, backend, jobs, schema, args.window, as_events=True))
     return results
 
 
@@ -194,14 +218,14 @@ async def _drop_schema(url: str, schema: str) -> None:
 
 
 def report(results: Sequence[Measurement]) -> str:
-    lines = [f"{'backend':<11}{'mode':<26}{'rows':>8}{'seconds':>9}{'txns':>7}{'rows/s':>11}{'vs single':>11}"]
+    lines = [f"{'backend':<11}{'mode':<31}{'rows':>8}{'seconds':>9}{'txns':>7}{'rows/s':>11}{'vs single':>11}"]
     baseline: dict[str, float] = {}
     for m in results:
         if m.mode == "single-row commits":
             baseline[m.backend] = m.rows_per_s
         ratio = m.rows_per_s / baseline[m.backend] if m.backend in baseline else float("nan")
         lines.append(
-            f"{m.backend:<11}{m.mode:<26}{m.rows:>8}{m.seconds:>9.2f}{m.transactions:>7}"
+            f"{m.backend:<11}{m.mode:<31}{m.rows:>8}{m.seconds:>9.2f}{m.transactions:>7}"
             f"{m.rows_per_s:>11,.0f}{ratio:>10.1f}x"
         )
     return "\n".join(lines)
@@ -226,7 +250,7 @@ async def run(args: argparse.Namespace) -> list[Measurement]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rows", type=int, default=60_000, help="jobs per batched measurement")
+    parser.add_argument("--rows", type=int, default=40_000, help="jobs per batched measurement")
     parser.add_argument("--single-rows", type=int, default=1_000, help="jobs for the single-row baseline")
     parser.add_argument("--window", type=int, default=10_000, help="requests in flight, open-loop producer")
     parser.add_argument("--callers", type=int, default=1_000, help="concurrent awaiting callers (closed loop)")
@@ -236,9 +260,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.specs = make_specs(args.rows)
     results = asyncio.run(run(args))
     print(report(results))
-    best = max(m.rows_per_s for m in results if m.backend == "sqlite" and m.mode != "single-row commits")
-    verdict = "meets" if best >= TARGET_SQLITE_ROWS_PER_S else "MISSES"
-    print(f"sqlite batched best {best:,.0f} rows/s {verdict} the {TARGET_SQLITE_ROWS_PER_S:,.0f} rows/s target")
+    target_mode = f"batched, {args.window} in flight"
+    measured = next(m.rows_per_s for m in results if m.backend == "sqlite" and m.mode == target_mode)
+    verdict = "meets" if measured >= TARGET_SQLITE_ROWS_PER_S else "MISSES"
+    print(
+        f"sqlite {target_mode}: {measured:,.0f} rows/s {verdict} the target of {TARGET_SQLITE_ROWS_PER_S:,.0f} rows/s"
+    )
     return 0
 
 
