@@ -24,7 +24,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first `--` is a command line for the job (`roundhouse submit -- python x.py
+    # --lr 0.1`), never options of ours; argparse's REMAINDER would also swallow our own options.
+    trailing: list[str] = []
+    if "--" in argv and (argv[0] if argv else "") != "service":
+        cut = argv.index("--")
+        argv, trailing = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    args.trailing = trailing
     handler = getattr(args, "handler", None)
     if handler is None:
         parser.print_help()

@@ -11,8 +11,13 @@ from types import ModuleType
 
 # Import order is the order in `roundhouse --help`.
 COMMAND_MODULES: tuple[str, ...] = (
-    "roundhouse.commands.schemas",
+    "roundhouse.commands.up",
+    "roundhouse.commands.submit",
+    "roundhouse.commands.jobs",
+    "roundhouse.commands.cancel",
+    "roundhouse.commands.service",
     "roundhouse.commands.simulate",
+    "roundhouse.commands.schemas",
 )
 
 

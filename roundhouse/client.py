@@ -1,0 +1,120 @@
+"""The submission SDK: submit jobs, list them, cancel them, over NATS.
+
+    async with await Client.connect("nats://127.0.0.1:4222") as client:
+        verdict = await client.submit(JobSpec(name="mnist", command=["python", "train.py"], gpus=2))
+
+A submission is a ``JobArrived`` event on the durable ``job.arrived`` subject; the job id is chosen
+here, so a retried submission is recognised, and ``submit`` waits (optionally) for admission's
+verdict on ``job.accepted`` / ``job.held`` / ``job.rejected``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+
+from nats.aio.subscription import Subscription
+
+from schemas.control import JobsQuery, JobsReply
+from schemas.job import JobSpec
+from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobHeld, JobRejected
+from services.runtime.bus import Bus, BusOptions
+
+__all__ = ["Client", "NoVerdictError", "Verdict"]
+
+
+class NoVerdictError(TimeoutError):
+    """Admission did not answer in time (is the admission service running?)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    job_id: str
+    outcome: str
+    """accepted, held or rejected"""
+    reason: str | None = None
+
+
+def new_job_id(spec: JobSpec) -> str:
+    """``<name prefix>-<12 hex>``: readable in listings, unique, and a valid subject token."""
+    prefix = "".join(c if c.isalnum() or c in "-_" else "-" for c in spec.name)[:40].strip("-_") or "job"
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+class Client:
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+
+    @classmethod
+    async def connect(cls, nats: str, *, namespace: str = "", name: str = "roundhouse-client") -> Client:
+        return cls(await Bus.connect(nats, name=name, options=BusOptions(namespace=namespace), provision=False))
+
+    async def close(self) -> None:
+        await self.bus.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def submit(
+        self, spec: JobSpec, *, job_id: str | None = None, wait: bool = True, timeout_s: float = 10.0
+    ) -> Verdict:
+        """Publish the job; with ``wait``, return admission's verdict (raise NoVerdictError on time-out)."""
+        job_id = job_id or new_job_id(spec)
+        verdicts = await self._watch_verdicts({job_id}) if wait else None
+        try:
+            await self.bus.publish("job.arrived", JobArrived(job_id=job_id, spec=spec))
+            if verdicts is None:
+                return Verdict(job_id, "submitted")
+            queue = verdicts[0]
+            try:
+                return await asyncio.wait_for(queue.get(), timeout_s)
+            except TimeoutError:
+                raise NoVerdictError(
+                    f"no verdict for {job_id} within {timeout_s:.0f} s; is the admission service running?"
+                ) from None
+        finally:
+            if verdicts is not None:
+                for sub in verdicts[1]:
+                    await sub.unsubscribe()
+
+    async def _watch_verdicts(self, job_ids: set[str]) -> tuple[asyncio.Queue[Verdict], list[Subscription]]:
+        # Subscribing before publishing means no verdict can slip past (lifecycle events published
+        # to JetStream are also delivered to plain subscribers).
+        queue: asyncio.Queue[Verdict] = asyncio.Queue()
+
+        async def accepted(event: JobAccepted) -> None:
+            if event.job_id in job_ids:
+                queue.put_nowait(Verdict(event.job_id, "accepted", event.reason))
+
+        async def held(event: JobHeld) -> None:
+            if event.job_id in job_ids:
+                queue.put_nowait(Verdict(event.job_id, "held", event.reason))
+
+        async def rejected(event: JobRejected) -> None:
+            if event.job_id in job_ids:
+                queue.put_nowait(Verdict(event.job_id, "rejected", event.reason))
+
+        subs: list[Subscription] = [
+            await self.bus.subscribe("job.accepted", JobAccepted, accepted),
+            await self.bus.subscribe("job.held", JobHeld, held),
+            await self.bus.subscribe("job.rejected", JobRejected, rejected),
+        ]
+        await self.bus.nc.flush()
+        return queue, subs
+
+    async def jobs(self, query: JobsQuery | None = None, *, timeout_s: float = 5.0) -> JobsReply:
+        """The scheduler leader's view of jobs (unfinished ones by default)."""
+        return await self.bus.request("query.jobs", query or JobsQuery(), JobsReply, timeout_s=timeout_s)
+
+    async def cancel(self, job_id: str, *, reason: str | None = None, user: str | None = None) -> None:
+        fields: dict[str, object] = {"job_id": job_id}
+        if reason:
+            fields["reason"] = reason
+        if user:
+            fields["user"] = user
+        await self.bus.publish("job.cancel", JobCancel.model_validate(fields))
+

@@ -1,0 +1,66 @@
+"""`roundhouse up`: the bundled NATS server, the five services and local workers, in the foreground.
+
+State lives in ``./.roundhouse/`` (broker data, the scheduler's SQLite database, job checkpoints,
+logs). ``roundhouse submit``, ``jobs`` and ``cancel`` find the running cluster through
+``./.roundhouse/up.json``. Ctrl-C (or SIGTERM) stops everything cleanly: workers first, so running
+jobs checkpoint, then the services, then the broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from roundhouse.local import LocalCluster, LocalClusterConfig, LocalClusterError, detect_gpus
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("up", help="run broker, services and local workers (Ctrl-C stops)")
+    parser.add_argument("--state-dir", type=Path, default=Path(".roundhouse"))
+    parser.add_argument("--workers", type=int, default=2, help="local workers (default 2)")
+    parser.add_argument("--gpus-per-worker", type=int, default=4, help="fake GPUs per worker (default 4)")
+    parser.add_argument("--fake-gpus", action="store_true", help="use fake GPUs even if NVML finds real ones")
+    parser.add_argument("--scheduler", default="las", help="scheduling policy (default las)")
+    parser.add_argument("--placement", default="consolidated", help="placement policy (default consolidated)")
+    parser.add_argument("--admission", default="accept-all", help="admission policy (default accept-all)")
+    parser.add_argument("--round", type=float, default=30.0, dest="round_s", help="round length in seconds")
+    parser.add_argument("--emulate", action="store_true", help="emulate job progress instead of running jobs")
+    parser.add_argument("--speedup", type=float, default=1.0, help="with --emulate: clock speed-up factor")
+    parser.add_argument("--namespace", default="", help="namespace on the broker (default: a fresh one)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.speedup <= 0:
+        print("roundhouse up: --speedup must be > 0", file=sys.stderr)
+        return 2
+    real = not args.fake_gpus and not args.emulate and detect_gpus() > 0
+    config = LocalClusterConfig(
+        state_dir=args.state_dir, workers=args.workers, gpus_per_worker=args.gpus_per_worker, real_gpus=real,
+        scheduler=args.scheduler, placement=args.placement, admission=args.admission, round_s=args.round_s,
+        emulate=args.emulate, speedup=args.speedup, namespace=args.namespace, log_level=args.log_level,
+    )  # fmt: skip
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    cluster = LocalCluster(config)
+    code = 0
+    try:
+        endpoint = cluster.start()
+        gpus = "the GPUs NVML found" if real else f"{args.workers} workers x {args.gpus_per_worker} fake GPUs"
+        print(f"roundhouse up: NATS {endpoint.nats} namespace {endpoint.namespace}; {gpus}; "
+              f"logs in {cluster.state_dir / 'logs'}", flush=True)
+        print("  try: roundhouse submit --gpus 1 -- python examples/train_mlp.py   (Ctrl-C stops)", flush=True)
+        while not stop.wait(0.5):
+            cluster.check()
+    except LocalClusterError as exc:
+        print(f"roundhouse up: {exc}", file=sys.stderr)
+        code = 1
+    finally:
+        print("roundhouse up: stopping (workers, services, broker)...", flush=True)
+        cluster.stop()
+    return code

@@ -1,0 +1,44 @@
+"""Where the user's Roundhouse is: a NATS URL and a namespace.
+
+Resolution order: explicit flags, then ``ROUNDHOUSE_NATS`` / ``ROUNDHOUSE_NAMESPACE``, then the
+``up.json`` that ``roundhouse up`` writes into its state directory (``./.roundhouse`` by default),
+then ``nats://127.0.0.1:4222`` with no namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_STATE_DIR = Path(".roundhouse")
+UP_FILE = "up.json"
+DEFAULT_NATS = "nats://127.0.0.1:4222"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    nats: str
+    namespace: str = ""
+
+    def write(self, state_dir: Path) -> Path:
+        path = state_dir / UP_FILE
+        path.write_text(json.dumps({"nats": self.nats, "namespace": self.namespace}) + "\n")
+        return path
+
+
+def resolve(nats: str | None = None, namespace: str | None = None, *, state_dir: Path | None = None) -> Endpoint:
+    env = os.environ
+    nats = nats or env.get("ROUNDHOUSE_NATS")
+    namespace = namespace if namespace is not None else env.get("ROUNDHOUSE_NAMESPACE")
+    if nats is None or namespace is None:
+        up = (state_dir or DEFAULT_STATE_DIR) / UP_FILE
+        if up.is_file():
+            try:
+                found = json.loads(up.read_text())
+            except ValueError:
+                found = {}
+            nats = nats or found.get("nats")
+            namespace = namespace if namespace is not None else found.get("namespace")
+    return Endpoint(nats or DEFAULT_NATS, namespace or "")
