@@ -211,6 +211,26 @@ async def test_a_redelivery_in_a_batch_costs_one_retry_not_a_replay(store: Store
     assert all([await store.is_applied(f"new{i}", "c") for i in range(10)])
 
 
+async def test_replay_after_a_failed_batch_keeps_events_idempotent(store: Store) -> None:
+    await store.add_jobs([job("j1")])
+    await store.apply_event("seen", "c", [UpdateJob("j1", {"preemptions": 1})])
+    before = store.stats
+    # One batch: a redelivery, a request that fails, and a new event. The failure sends the batch to
+    # the per-request replay, which must still recognise the redelivery.
+    redelivered = store.apply_event_nowait("seen", "c", [UpdateJob("j1", {"preemptions": 50})])
+    failing = store.submit_nowait([UpdateJob("ghost", {"preemptions": 1})])
+    fresh = store.apply_event_nowait("new", "c", [UpdateJob("j1", {"iterations_done": 7})])
+    results = await asyncio.gather(redelivered, failing, fresh, return_exceptions=True)
+
+    assert results[0] is False
+    assert isinstance(results[1], JobNotFoundError)
+    assert results[2] is True
+    assert store.stats.isolated_retries - before.isolated_retries == 1
+    got = await store.get_job("j1")
+    assert got is not None
+    assert (got.preemptions, got.iterations_done, got.version) == (1, 7, 3)
+
+
 async def test_failed_apply_is_not_marked_and_can_be_retried(store: Store) -> None:
     with pytest.raises(JobNotFoundError):
         await store.apply_event("evt-2", "scheduler", [UpdateJob("late", {"preemptions": 1})])
@@ -332,6 +352,9 @@ async def test_close_flushes_queued_writes_and_reopen_sees_them(store_factory: S
     assert all(f.done() and f.result() is True for f in futures)
     with pytest.raises(StoreClosedError):
         await first.add_jobs([job("late")])
+
+    with pytest.raises(StoreClosedError):
+        await first.get_job("j1")
 
     second = await store_factory.open()
     assert len(await second.active_jobs()) == 300

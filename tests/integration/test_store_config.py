@@ -7,9 +7,12 @@ from pathlib import Path
 import pytest
 
 import services.runtime.store as store_pkg
+from schemas.job import JobClass, JobSpec
+from services.core.state import JobState, JobStatus
 from services.runtime.store import (
     DB_FILENAME,
     InsertJobs,
+    JobRecord,
     Store,
     StoreConfig,
     StoreConfigError,
@@ -99,3 +102,29 @@ def test_public_names_are_exported() -> None:
     assert {"Store", "StoreConfig", "StaleWriteError", "JobRecord", "LeaseRecord", "RoundRecord"} <= set(
         store_pkg.__all__
     )
+
+
+def test_job_record_round_trips_a_job_state() -> None:
+    spec = JobSpec(name="t", command=["python"], gpus=2, job_class=JobClass.TE, user="u1")
+    state = JobState(
+        job_id="j1",
+        spec=spec,
+        submit_time=1.0,
+        status=JobStatus.RUNNING,
+        admit_time=2.0,
+        first_start_time=3.0,
+        last_start_time=5.0,
+        last_preempt_time=4.0,
+        attained_service=8.0,
+        executed_time=4.0,
+        iterations_done=40,
+        preemptions=1,
+        gpus=(4, 5),
+        seq=17,
+        queued_since=None,
+        longest_wait_s=1.5,
+    )
+    record = JobRecord.from_state(state, checkpoint_path="/c/j1", version=6)
+    assert (record.user, record.job_class, record.gpus, record.version) == ("u1", JobClass.TE, 2, 6)
+    assert record.checkpoint_path == "/c/j1"
+    assert record.to_state(gpus=(4, 5)) == state

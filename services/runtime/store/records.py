@@ -75,11 +75,15 @@ class JobRecord:
             iterations_done=state.iterations_done,
             preemptions=state.preemptions,
             checkpoint_path=checkpoint_path,
+            seq=state.seq,
+            queued_since=state.queued_since,
+            longest_wait_s=state.longest_wait_s,
             version=version,
         )
 
     def to_state(self, gpus: tuple[int, ...] = ()) -> JobState:
-        """A fresh ``JobState`` for the scheduler's in-memory view; ``gpus`` are the global ids held."""
+        """A fresh ``JobState`` for the scheduler's in-memory view; ``gpus`` are the global ids held.
+        What the store does not keep (loss history, iteration time) starts empty."""
         return JobState(
             job_id=self.job_id,
             spec=self.spec,
@@ -95,6 +99,9 @@ class JobRecord:
             iterations_done=self.iterations_done,
             preemptions=self.preemptions,
             gpus=gpus,
+            seq=self.seq,
+            queued_since=self.queued_since,
+            longest_wait_s=self.longest_wait_s,
         )
 
 

@@ -14,14 +14,14 @@ import uuid
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 
-from sqlalchemy import select, text
+from sqlalchemy import Select, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from services.core.state import JobStatus
 from services.runtime.store.codec import job_from_row, lease_from_row, round_from_row
 from services.runtime.store.engine import StoreConfig, create_engine, resolve_target
-from services.runtime.store.errors import SchemaVersionError, StoreConfigError
+from services.runtime.store.errors import SchemaVersionError, StoreClosedError, StoreConfigError
 from services.runtime.store.ops import (
     AppliedMark,
     DeleteLeases,
@@ -138,8 +138,13 @@ class Store:
         return self._writer.stats
 
     # --- reads --------------------------------------------------------------------------------------
+    def _session(self) -> AsyncSession:
+        if self._closed:
+            raise StoreClosedError("the store is closed; open a new Store to read")
+        return self._sessions()
+
     async def get_job(self, job_id: str) -> JobRecord | None:
-        async with self._sessions() as session:
+        async with self._session() as session:
             row = await session.get(JobRow, job_id)
             return None if row is None else job_from_row(row)
 
@@ -152,7 +157,7 @@ class Store:
             .where(JobRow.status.in_([s.value for s in statuses]))
             .order_by(JobRow.submit_time, JobRow.job_id)
         )
-        async with self._sessions() as session:
+        async with self._session() as session:
             return [job_from_row(r) for r in (await session.scalars(stmt)).all()]
 
     async def active_jobs(self) -> list[JobRecord]:
@@ -167,28 +172,27 @@ class Store:
         stmt = select(LeaseRow).where(LeaseRow.job_id == job_id)
         return await self._leases(stmt, include_released)
 
-    async def _leases(self, stmt: object, include_released: bool) -> list[LeaseRecord]:
-        assert isinstance(stmt, type(select(LeaseRow)))
+    async def _leases(self, stmt: Select[LeaseRow], include_released: bool) -> list[LeaseRecord]:
         if not include_released:
             stmt = stmt.where(LeaseRow.state != LeaseState.RELEASED.value)
-        async with self._sessions() as session:
+        async with self._session() as session:
             rows = (await session.scalars(stmt.order_by(LeaseRow.granted_at, LeaseRow.lease_id))).all()
             return [lease_from_row(r) for r in rows]
 
     async def last_round(self) -> RoundRecord | None:
         stmt = select(RoundRow).order_by(RoundRow.round_number.desc()).limit(1)
-        async with self._sessions() as session:
+        async with self._session() as session:
             row = (await session.scalars(stmt)).first()
             return None if row is None else round_from_row(row)
 
     async def is_applied(self, event_id: str | uuid.UUID, consumer: str) -> bool:
         """Whether ``consumer`` has applied ``event_id`` (committed)."""
-        async with self._sessions() as session:
+        async with self._session() as session:
             row = await session.get(AppliedEventRow, (consumer, str(event_id)))
             return row is not None
 
     async def get_meta(self, key: str) -> str | None:
-        async with self._sessions() as session:
+        async with self._session() as session:
             row = await session.get(MetaRow, key)
             return None if row is None else row.value
 
@@ -197,6 +201,8 @@ class Store:
         diagnostics and tests; empty on PostgreSQL."""
         if self.backend != "sqlite":
             return {}
+        if self._closed:
+            raise StoreClosedError("the store is closed; open a new Store to read")
         settings: dict[str, str] = {}
         async with self._engine.connect() as conn:
             for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout", "wal_autocheckpoint"):
