@@ -66,3 +66,14 @@ async def test_two_replicas_fence_each_other_with_versions(pg_schema: str) -> No
     finally:
         await old_leader.close()
         await new_leader.close()
+
+
+async def test_replicas_starting_together_create_the_tables_once(pg_schema: str) -> None:
+    stores = await asyncio.gather(*(Store.open(POSTGRES_URL, schema=pg_schema) for _ in range(4)))
+    try:
+        await stores[0].add_jobs([job("j1")])
+        assert [await s.get_job("j1") for s in stores] == [job("j1")] * 4
+        assert await stores[3].get_meta("schema_version") is not None
+    finally:
+        for store in stores:
+            await store.close()

@@ -253,9 +253,9 @@ _update_runners: dict[tuple[tuple[str, ...], bool], Runner] = {}
 
 
 def _unique_runs(rows: list[RowTuple]) -> list[list[RowTuple]]:
-    """Split rows so no key (first column) repeats within a run: PostgreSQL refuses a multi-row
-    upsert that touches one row twice ("ON CONFLICT DO UPDATE command cannot affect row a second
-    time")."""
+    """Split rows so no key (first column) repeats within a run. Each run is one ``executemany``;
+    should a driver fold that into one multi-row statement, PostgreSQL would refuse an upsert that
+    touches a row twice ("ON CONFLICT DO UPDATE command cannot affect row a second time")."""
     runs: list[list[RowTuple]] = [[]]
     seen: set[RowValue] = set()
     for row in rows:

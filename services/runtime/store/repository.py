@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 
-from sqlalchemy import Select, select, text
+from sqlalchemy import Select, insert, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -51,6 +51,7 @@ from services.runtime.store.tables import (
     LeaseRow,
     MetaRow,
     RoundRow,
+    meta_table,
 )
 from services.runtime.store.writer import BatchWriter
 
@@ -92,11 +93,7 @@ class Store:
             raise StoreConfigError(f"schema name {schema!r} must be lower-case letters, digits and _")
         engine = create_engine(url, config, schema=schema)
         try:
-            async with engine.begin() as conn:
-                if schema is not None:
-                    await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
-                await conn.run_sync(Base.metadata.create_all)
-            await _check_schema_version(engine, url)
+            await _prepare_schema(engine, url, schema)
         except BaseException:
             await engine.dispose()
             raise
@@ -285,10 +282,23 @@ class Store:
         await self.submit([PruneAppliedEvents(older_than, consumer)])
 
 
-async def _check_schema_version(engine: AsyncEngine, url: URL) -> None:
-    async with AsyncSession(engine) as session, session.begin():
-        row = await session.get(MetaRow, "schema_version")
-        if row is None:
-            session.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
-        elif row.value != str(SCHEMA_VERSION):
-            raise SchemaVersionError(row.value, SCHEMA_VERSION, url.render_as_string(hide_password=True))
+_STARTUP_LOCK = 0x52_48_53_54_4F_52_45
+"""PostgreSQL advisory lock key held while creating tables, so replicas starting together do not
+race on CREATE TABLE."""
+
+
+async def _prepare_schema(engine: AsyncEngine, url: URL, schema: str | None) -> None:
+    """Create what is missing and check (or record) the schema version, in one transaction."""
+    async with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _STARTUP_LOCK})
+        if schema is not None:
+            await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+        await conn.run_sync(Base.metadata.create_all)
+        found = (
+            await conn.execute(select(meta_table.c.value).where(meta_table.c.key == "schema_version"))
+        ).scalar_one_or_none()
+        if found is None:
+            await conn.execute(insert(meta_table).values(key="schema_version", value=str(SCHEMA_VERSION)))
+        elif found != str(SCHEMA_VERSION):
+            raise SchemaVersionError(found, SCHEMA_VERSION, url.render_as_string(hide_password=True))

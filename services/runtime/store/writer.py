@@ -162,7 +162,9 @@ class BatchWriter:
             pending.clear()
             for req in batch:
                 if not req.future.done():
-                    req.future.set_exception(StoreClosedError("the store writer stopped before this write committed"))
+                    req.future.set_exception(
+                        StoreClosedError("the store writer stopped; this write may not have committed")
+                    )
 
     async def _commit(self, batch: list[_Request]) -> None:
         self._batches += 1
