@@ -199,14 +199,11 @@ class StreamFollower:
                 await self._reader.handle(msg)
 
     async def stop(self) -> None:
-        """Stop after the batch in hand; delete the consumer."""
+        """Stop at once (a view has nothing to finish or acknowledge) and delete the consumer."""
         self._stopping.set()
         task, self._task = self._task, None
         if task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(task), timeout=self._fetch_timeout_s + 5)
-            except TimeoutError:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         await self._reader.close()
