@@ -58,10 +58,10 @@ class Verdicts:
         for subject, model in (("job.accepted", JobAccepted), ("job.held", JobHeld), ("job.rejected", JobRejected)):
             kind = subject.split(".")[1]
 
-            async def on(event: Event, kind: str = kind) -> None:
-                self.seen.append((kind, getattr(event, "job_id"), event))
+            async def on(event: JobAccepted | JobHeld | JobRejected, kind: str = kind) -> None:
+                self.seen.append((kind, event.job_id, event))
 
-            await bus.subscribe(subject, model, on)
+            await bus.subscribe(subject, model, on)  # type: ignore[arg-type]
 
     def of(self, job_id: str) -> list[str]:
         return [kind for kind, job, _ in self.seen if job == job_id]
@@ -78,7 +78,7 @@ async def verdicts(bus: Bus) -> Verdicts:
 
 
 def config(broker: Broker, namespace: str, **extra: object) -> AdmissionConfig:
-    return AdmissionConfig(nats=broker.url, namespace=namespace, reoffer_interval_s=60, **extra)  # type: ignore[arg-type]
+    return AdmissionConfig(nats=broker.url, namespace=namespace, reoffer_interval_s=60, **extra)
 
 
 @pytest.fixture
@@ -98,7 +98,8 @@ async def test_accept_all_accepts_every_arrival_and_ignores_a_duplicate(
     await wait_for(lambda: accept_all.counts["duplicates"] == 1 and len(verdicts.seen) == 2)
     assert [(k, j) for k, j, _ in verdicts.seen] == [("accepted", "a"), ("accepted", "b")]
     event = verdicts.event("accepted", "a")
-    assert isinstance(event, JobAccepted) and event.policy == "accept-all"
+    assert isinstance(event, JobAccepted)
+    assert event.policy == "accept-all"
 
 
 async def test_a_malformed_spec_gets_a_clear_rejection_and_nothing_else_is_disturbed(
@@ -114,7 +115,8 @@ async def test_a_malformed_spec_gets_a_clear_rejection_and_nothing_else_is_distu
     assert [(k, j) for k, j, _ in verdicts.seen] == [("rejected", "bad-1"), ("accepted", "good-1")]
     rejection = verdicts.event("rejected", "bad-1")
     assert isinstance(rejection, JobRejected)
-    assert "spec.gpus" in rejection.reason and "greater_than_equal" in rejection.reason
+    assert "spec.gpus" in rejection.reason
+    assert "greater_than_equal" in rejection.reason
     assert accept_all.counts["malformed_rejected"] == 1
     assert accept_all._consumer is not None
     await wait_for(lambda: accept_all._consumer is not None and accept_all._consumer.stats.dead_lettered == 2)
@@ -143,11 +145,14 @@ async def test_load_threshold_holds_jobs_and_releases_them_in_order_as_capacity_
             ("accepted", "j1"), ("accepted", "j2"), ("held", "j3"), ("held", "j4"),
         ]  # fmt: skip
         held = verdicts.event("held", "j3")
-        assert isinstance(held, JobHeld) and held.policy == "load-threshold" and "6 GPUs" in held.reason
+        assert isinstance(held, JobHeld)
+        assert held.policy == "load-threshold"
+        assert "6 GPUs" in held.reason
         await bus.publish("job.completed", completed("j1"))
         await wait_for(lambda: len(verdicts.seen) == 6)
         assert [(k, j) for k, j, _ in verdicts.seen[4:]] == [("accepted", "j3"), ("accepted", "j4")]
-        assert service.stats()["released"] == 2 and service.stats()["held_now"] == 0
+        assert service.stats()["released"] == 2
+        assert service.stats()["held_now"] == 0
     finally:
         await service.stop()
 
@@ -195,9 +200,11 @@ async def test_runs_as_a_child_process_and_stops_on_sigterm(
         await bus.publish("job.arrived", arrived("small", 1))
         await bus.publish("job.arrived", arrived("huge", 8))
         await wait_for(lambda: len(verdicts.seen) == 2, timeout_s=30)
-        assert verdicts.of("small") == ["accepted"] and verdicts.of("huge") == ["rejected"]
+        assert verdicts.of("small") == ["accepted"]
+        assert verdicts.of("huge") == ["rejected"]
         rejection = verdicts.event("rejected", "huge")
-        assert isinstance(rejection, JobRejected) and "at most 2" in rejection.reason
+        assert isinstance(rejection, JobRejected)
+        assert "at most 2" in rejection.reason
         child.send_signal(signal.SIGTERM)
         _, stderr = await asyncio.wait_for(child.communicate(), 15)
     finally:

@@ -46,7 +46,7 @@ def started(job_id: str, node_id: str, gpus: list[int], lease: str | None = None
 
 
 def round_of(ranked: list[str], number: int = 1, **extra: object) -> ScheduleRound:
-    return ScheduleRound(round=number, state_version=number, epoch=1, ranked=ranked, **extra)  # type: ignore[arg-type]
+    return ScheduleRound(round=number, state_version=number, epoch=1, ranked=ranked, **extra)
 
 
 async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -88,7 +88,7 @@ async def plans(bus: Bus) -> Plans:
 
 
 def config(broker: Broker, namespace: str, **extra: object) -> PlacementConfig:
-    return PlacementConfig(nats=broker.url, namespace=namespace, **extra)  # type: ignore[arg-type]
+    return PlacementConfig(nats=broker.url, namespace=namespace, **extra)
 
 
 @pytest.fixture
