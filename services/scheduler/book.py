@@ -1,0 +1,455 @@
+"""The leader's in-memory copy of its jobs and leases, and every state transition as store writes.
+
+The store is authoritative; the book mirrors the unfinished jobs and the active leases so that a
+round's snapshot costs memory reads, not a 20,000-row query. Each transition is computed as a
+:class:`Change`: the store operations *and* the in-memory effect. The caller commits the operations
+(``Store.apply_event`` for an event, so a redelivery is a no-op) and only then calls
+``Change.commit()``; nothing in memory moves if the write fails. Every job update names the version
+the book last wrote (``expected_version``), so a deposed leader's late write fails with
+``StaleWriteError`` instead of overwriting its successor's.
+
+Attained service (Tiresias' GPU-seconds, what LAS ranks by): a running job's stored value is the
+service it had when its lease started; ``refresh(now)`` adds ``gpus x (now - last_start_time)``
+for the snapshot, and a release folds the same amount into the stored value.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+
+from schemas.job import JobSpec
+from schemas.leases import RevokeReason
+from services.core.state import JobState, JobStatus
+from services.runtime.store import (
+    InsertJobs,
+    JobChanges,
+    JobRecord,
+    LeaseState,
+    UpdateJob,
+    UpsertLeases,
+    WriteOp,
+)
+from services.scheduler.leases import Lease
+from services.scheduler.topology import Topology, UnknownGpuError
+
+log = logging.getLogger("roundhouse.scheduler.book")
+
+
+class JobNotArrivedError(LookupError):
+    """An event names a job whose ``job.arrived`` the scheduler has not applied yet (retried)."""
+
+
+@dataclass(slots=True)
+class JobEntry:
+    """One unfinished job (or a finished one whose lease is still being revoked)."""
+
+    state: JobState
+    version: int
+    checkpoint_path: str | None = None
+    lease: Lease | None = None
+    service0: float = 0.0
+    """Attained service when the current lease started."""
+    executed0: float = 0.0
+    reason: str | None = None
+    """Why it was held, rejected, failed (for ``roundhouse jobs``; memory only)."""
+    requeued_since: float | None = None
+    """``queued_since`` before the current lease, to restore if its grant fails."""
+
+
+@dataclass(slots=True)
+class Change:
+    """Store operations plus the in-memory effect to apply once they committed."""
+
+    ops: list[WriteOp] = field(default_factory=list)
+    _effects: list[Callable[[], None]] = field(default_factory=list)
+    _bumps: dict[str, int] = field(default_factory=dict)
+    revokes: list[tuple[Lease, RevokeReason]] = field(default_factory=list)
+    """Leases to revoke on the workers after the commit (unknown ones reported by a node, ...)."""
+    released: list[str] = field(default_factory=list)
+    """Lease ids this change releases (the executor wakes whoever waits on them)."""
+
+    def then(self, effect: Callable[[], None]) -> None:
+        self._effects.append(effect)
+
+    def update_job(self, entry: JobEntry, changes: JobChanges) -> None:
+        job_id = entry.state.job_id
+        bumps = self._bumps.get(job_id, 0)
+        self.ops.append(UpdateJob(job_id, changes, expected_version=entry.version + bumps))
+        self._bumps[job_id] = bumps + 1
+
+        def effect() -> None:
+            entry.version += 1
+            state = entry.state
+            for key, value in changes.items():
+                if key == "checkpoint_path":
+                    entry.checkpoint_path = value  # type: ignore[assignment]
+                else:
+                    setattr(state, key, value)
+
+        self.then(effect)
+
+    def put_lease(self, lease: Lease, state: LeaseState, deadline: float | None = None) -> None:
+        rows = lease.records(state)
+        if deadline is not None:
+            rows = tuple(replace(r, revoke_deadline=deadline) for r in rows)
+        self.ops.append(UpsertLeases(rows))
+
+    def commit(self) -> None:
+        for effect in self._effects:
+            effect()
+        self._effects.clear()
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.ops and not self._effects and not self.revokes
+
+
+class JobBook:
+    """Unfinished jobs and active leases of the current leader."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, JobEntry] = {}
+        self.leases: dict[str, Lease] = {}
+        self.active: dict[str, JobState] = {}
+        """What policies see: admitted, unfinished jobs, waiting or running under a granted lease
+        (jobs whose lease is being revoked, or whose grant is in flight, are left out)."""
+        self.by_node: dict[str, set[str]] = {}
+        """Active lease ids by node (heartbeat reconciliation, dead nodes)."""
+        self.state_version = 0
+        self._next_seq = 1
+
+    def _index_lease(self, lease: Lease) -> None:
+        self.leases[lease.lease_id] = lease
+        for node in lease.nodes:
+            self.by_node.setdefault(node, set()).add(lease.lease_id)
+
+    def _unindex_lease(self, lease: Lease) -> None:
+        self.leases.pop(lease.lease_id, None)
+        for node in lease.nodes:
+            ids = self.by_node.get(node)
+            if ids is not None:
+                ids.discard(lease.lease_id)
+                if not ids:
+                    del self.by_node[node]
+
+    # --- loading ---------------------------------------------------------------------------
+    def load(self, records: Iterable[JobRecord], leases: Iterable[Lease]) -> list[str]:
+        """Fill the book from the store; returns ids of RUNNING jobs without a lease (requeued)."""
+        self.jobs.clear()
+        self.leases.clear()
+        self.by_node.clear()
+        self.active.clear()
+        for record in records:
+            state = record.to_state()
+            state.seq = record.seq
+            state.queued_since = record.queued_since
+            state.longest_wait_s = record.longest_wait_s
+            entry = JobEntry(state, record.version, record.checkpoint_path)
+            entry.service0 = record.attained_service
+            entry.executed0 = record.executed_time
+            self.jobs[record.job_id] = entry
+            self._next_seq = max(self._next_seq, record.seq + 1)
+        for lease in leases:
+            entry = self.jobs.get(lease.job_id)
+            if entry is None:
+                continue
+            self._index_lease(lease)
+            entry.lease = lease
+        orphans = [
+            j for j, e in self.jobs.items() if e.state.status is JobStatus.RUNNING and e.lease is None
+        ]
+        for entry in self.jobs.values():
+            self._reindex(entry)
+        self.state_version += 1
+        return orphans
+
+    # --- views -----------------------------------------------------------------------------
+    def entry(self, job_id: str) -> JobEntry | None:
+        return self.jobs.get(job_id)
+
+    def waiting_count(self) -> int:
+        return sum(1 for j in self.active.values() if j.status is JobStatus.QUEUED)
+
+    def refresh(self, now: float, topology: Topology) -> None:
+        """Bring running jobs' attained service and global GPU ids up to ``now`` for a snapshot."""
+        for job_id, state in self.active.items():
+            if state.status is not JobStatus.RUNNING:
+                continue
+            entry = self.jobs[job_id]
+            lease = entry.lease
+            assert lease is not None
+            start = state.last_start_time if state.last_start_time is not None else now
+            dt = max(0.0, now - start)
+            state.attained_service = entry.service0 + lease.gpu_count * dt
+            state.executed_time = entry.executed0 + dt
+            try:
+                state.gpus = tuple(g for node, local in lease.parts for g in topology.to_global(node, local))
+            except UnknownGpuError:
+                state.gpus = ()
+
+    def held_gpus(self) -> Iterator[tuple[str, Lease]]:
+        """Every active lease (granted or revoking) with its job id: GPUs nobody else may take."""
+        for lease in self.leases.values():
+            yield lease.job_id, lease
+
+    def _reindex(self, entry: JobEntry) -> None:
+        state = entry.state
+        job_id = state.job_id
+        status = state.status
+        if status is JobStatus.QUEUED or (
+            status is JobStatus.RUNNING and entry.lease is not None and entry.lease.state is LeaseState.GRANTED
+        ):
+            self.active[job_id] = state
+        else:
+            self.active.pop(job_id, None)
+            if status.is_final and entry.lease is None:
+                self.jobs.pop(job_id, None)
+
+    def _touch(self, change: Change, entry: JobEntry) -> None:
+        def effect() -> None:
+            self._reindex(entry)
+            self.state_version += 1
+
+        change.then(effect)
+
+    # --- admission's facts -----------------------------------------------------------------
+    def arrived(self, job_id: str, spec: JobSpec, submit_time: float) -> Change | None:
+        """A new job (HELD until admission accepts it); None if the book already has it."""
+        if job_id in self.jobs:
+            return None
+        seq = self._next_seq
+        self._next_seq += 1
+        record = JobRecord(job_id=job_id, spec=spec, submit_time=submit_time, status=JobStatus.HELD, seq=seq)
+        change = Change([InsertJobs((record,))])
+
+        def effect() -> None:
+            state = record.to_state()
+            state.seq = seq
+            self.jobs[job_id] = JobEntry(state, record.version)
+            self.state_version += 1
+
+        change.then(effect)
+        return change
+
+    def accepted(self, job_id: str, now: float) -> Change:
+        entry = self.jobs.get(job_id)
+        if entry is None:
+            raise JobNotArrivedError(f"job {job_id!r} was accepted before its job.arrived was applied")
+        change = Change()
+        if entry.state.status is JobStatus.HELD:
+            change.update_job(entry, {"status": JobStatus.QUEUED, "admit_time": now, "queued_since": now})
+            self._touch(change, entry)
+        return change
+
+    def held(self, job_id: str, reason: str) -> Change:
+        entry = self.jobs.get(job_id)
+        change = Change()
+        if entry is not None:
+            change.then(lambda: setattr(entry, "reason", reason))
+        return change
+
+    def rejected(self, job_id: str, reason: str, now: float) -> Change:
+        entry = self.jobs.get(job_id)
+        change = Change()
+        if entry is not None and entry.state.status is JobStatus.HELD:
+            entry.reason = reason
+            change.update_job(entry, {"status": JobStatus.REJECTED, "finish_time": now})
+            self._touch(change, entry)
+        return change
+
+    # --- user intent and policy decisions ---------------------------------------------------
+    def end(self, job_id: str, status: JobStatus, reason: RevokeReason, now: float, grace_deadline: float,
+            message: str | None = None) -> Change:
+        """Cancel (``CANCELLED``) or terminate (``COMPLETED``) a job: a waiting job ends now; a running
+        one gets its final status now and its lease is revoked (``change.revokes``)."""
+        entry = self.jobs.get(job_id)
+        change = Change()
+        if entry is None or entry.state.status.is_final:
+            return change
+        if message:
+            change.then(lambda: setattr(entry, "reason", message))
+        lease = entry.lease
+        if lease is None:
+            change.update_job(entry, {"status": status, "finish_time": now, "queued_since": None})
+        else:
+            change.update_job(entry, {"status": status})
+            if lease.state is LeaseState.GRANTED:
+                self._revoking(change, lease, reason, grace_deadline)
+        self._touch(change, entry)
+        return change
+
+    def revoke(self, job_id: str, reason: RevokeReason, deadline: float) -> Change | None:
+        """Mark a running job's lease REVOKING (a plan's suspension); None if it is not granted."""
+        entry = self.jobs.get(job_id)
+        if entry is None or entry.lease is None or entry.lease.state is not LeaseState.GRANTED:
+            return None
+        change = Change()
+        self._revoking(change, entry.lease, reason, deadline)
+        self._touch(change, entry)
+        return change
+
+    def _revoking(self, change: Change, lease: Lease, reason: RevokeReason, deadline: float) -> None:
+        change.put_lease(lease, LeaseState.REVOKING, deadline)
+
+        def effect() -> None:
+            lease.state = LeaseState.REVOKING
+            lease.revoke_deadline = deadline
+            lease.reason = reason
+
+        change.then(effect)
+        change.revokes.append((lease, reason))
+
+    def grant(self, job_id: str, lease: Lease, now: float) -> Change | None:
+        """A waiting job gets ``lease``; None if it is no longer waiting."""
+        entry = self.jobs.get(job_id)
+        if entry is None or entry.state.status is not JobStatus.QUEUED or entry.lease is not None:
+            return None
+        state = entry.state
+        changes: JobChanges = {"status": JobStatus.RUNNING, "last_start_time": now, "queued_since": None}
+        if state.first_start_time is None:
+            changes["first_start_time"] = now
+        if state.queued_since is not None:
+            changes["longest_wait_s"] = max(state.longest_wait_s, now - state.queued_since)
+        change = Change()
+        change.put_lease(lease, LeaseState.GRANTED)
+        previous_wait = state.queued_since
+
+        def attach() -> None:
+            self._index_lease(lease)
+            entry.lease = lease
+            entry.service0 = state.attained_service
+            entry.executed0 = state.executed_time
+            entry.requeued_since = previous_wait
+
+        change.then(attach)
+        change.update_job(entry, changes)
+        self._touch(change, entry)
+        return change
+
+    def grant_failed(self, lease_id: str) -> Change | None:
+        """Undo a grant no worker took: the job waits again as before (no preemption counted)."""
+        lease = self.leases.get(lease_id)
+        if lease is None:
+            return None
+        entry = self.jobs[lease.job_id]
+        change = Change()
+        change.put_lease(lease, LeaseState.RELEASED)
+        status = entry.state.status if entry.state.status.is_final else JobStatus.QUEUED
+        changes: JobChanges = {"status": status, "queued_since": entry.requeued_since}
+        if status.is_final:
+            changes["finish_time"] = entry.state.finish_time or lease.granted_at
+        self._detach(change, entry, lease)
+        change.update_job(entry, changes)
+        self._touch(change, entry)
+        return change
+
+    # --- workers' facts --------------------------------------------------------------------
+    def release(
+        self,
+        lease_id: str,
+        at: float,
+        *,
+        final: JobStatus | None = None,
+        checkpoint: str | None = None,
+        iterations: int | None = None,
+        count_preemption: bool = True,
+    ) -> Change | None:
+        """The lease's job stopped at ``at``: fold its service; requeue it, or end it with ``final``
+        (or with the final status it already has: cancel/terminate). None if the lease is not active."""
+        lease = self.leases.get(lease_id)
+        if lease is None:
+            return None
+        entry = self.jobs[lease.job_id]
+        state = entry.state
+        start = state.last_start_time if state.last_start_time is not None else lease.granted_at
+        dt = max(0.0, at - start)
+        changes: JobChanges = {
+            "attained_service": entry.service0 + lease.gpu_count * dt,
+            "executed_time": entry.executed0 + dt,
+        }
+        if checkpoint is not None:
+            changes["checkpoint_path"] = checkpoint
+        if iterations is not None:
+            changes["iterations_done"] = iterations
+        status = final if final is not None else state.status
+        if status.is_final:
+            changes["status"] = status
+            changes["finish_time"] = state.finish_time if state.finish_time is not None else at
+        else:
+            changes["status"] = JobStatus.QUEUED
+            changes["queued_since"] = at
+            if count_preemption:
+                changes["preemptions"] = state.preemptions + 1
+                changes["last_preempt_time"] = at
+        change = Change()
+        change.put_lease(lease, LeaseState.RELEASED)
+        self._detach(change, entry, lease)
+        change.update_job(entry, changes)
+
+        def fold() -> None:
+            entry.service0 = state.attained_service
+            entry.executed0 = state.executed_time
+            state.gpus = ()
+
+        change.then(fold)
+        self._touch(change, entry)
+        change.released.append(lease_id)
+        return change
+
+    def _detach(self, change: Change, entry: JobEntry, lease: Lease) -> None:
+        def effect() -> None:
+            lease.state = LeaseState.RELEASED
+            self._unindex_lease(lease)
+            if entry.lease is lease:
+                entry.lease = None
+
+        change.then(effect)
+
+    def finished_without_lease(self, job_id: str, status: JobStatus, at: float,
+                               checkpoint: str | None, iterations: int | None) -> Change:
+        """A completion or failure for a job that holds no lease now (e.g. its lease was released
+        at the revoke deadline and the job ended during its grace period)."""
+        entry = self.jobs.get(job_id)
+        change = Change()
+        if entry is None or entry.state.status.is_final or entry.lease is not None:
+            return change
+        changes: JobChanges = {"status": status, "finish_time": at, "queued_since": None}
+        if checkpoint is not None:
+            changes["checkpoint_path"] = checkpoint
+        if iterations is not None:
+            changes["iterations_done"] = iterations
+        change.update_job(entry, changes)
+        self._touch(change, entry)
+        return change
+
+    def late_checkpoint(self, job_id: str, checkpoint: str | None, iterations: int | None) -> Change:
+        """A suspension reported after the lease was already released: keep its newer checkpoint."""
+        entry = self.jobs.get(job_id)
+        change = Change()
+        if entry is None or entry.lease is not None or checkpoint is None:
+            return change
+        if iterations is not None and iterations < entry.state.iterations_done:
+            return change
+        changes: JobChanges = {"checkpoint_path": checkpoint}
+        if iterations is not None:
+            changes["iterations_done"] = iterations
+        change.update_job(entry, changes)
+        self._touch(change, entry)
+        return change
+
+    def leases_on(self, node_id: str) -> list[Lease]:
+        return [self.leases[i] for i in sorted(self.by_node.get(node_id, ()))]
+
+    def merge(self, changes: Iterable[Change | None]) -> Change:
+        """One change doing all of ``changes`` in order (one store request, one commit)."""
+        merged = Change()
+        for change in changes:
+            if change is None:
+                continue
+            merged.ops.extend(change.ops)
+            merged._effects.extend(change._effects)
+            merged.revokes.extend(change.revokes)
+            merged.released.extend(change.released)
+        return merged

@@ -1,0 +1,37 @@
+"""The scheduler service's settings (``roundhouse service scheduler --policy las --round-s 2``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from services.runtime.config import ServiceConfig
+
+
+class SchedulerConfig(ServiceConfig):
+    """Settings of one scheduler replica; every replica of a deployment should use the same values.
+
+    Times are seconds. ``lease_ttl_s`` must equal the workers' own TTL: a worker cut off from the bus
+    for that long suspends its jobs, and the scheduler reassigns a silent node's GPUs only after the
+    same time has passed since its last heartbeat (DESIGN, Leases and preemption).
+    """
+
+    policy: str = Field(default="las", description="Scheduling policy (a name registered in SCHEDULING).")
+    round_s: float = Field(default=300.0, gt=0, le=86_400, description="Round length (Blox: 300 s).")
+    churn_debounce_s: float = Field(
+        default=0.05, ge=0, le=60, description="Churn-triggered rounds wait this long to batch events."
+    )
+    plan_timeout_s: float = Field(default=5.0, gt=0, le=600, description="Wait for placement.plan.")
+    leader_ttl_s: float = Field(default=5.0, gt=0.3, le=600, description="TTL of the leader key.")
+    lease_ttl_s: float = Field(default=30.0, gt=0, le=86_400, description="Worker lease TTL.")
+    revoke_margin_s: float = Field(
+        default=5.0, ge=0, le=3600, description="Wait past a revoke's grace period before reusing GPUs."
+    )
+    request_timeout_s: float = Field(default=2.0, gt=0, le=60, description="One lease request's timeout.")
+    grant_attempts: int = Field(default=3, ge=1, le=100, description="Tries per grant before giving up.")
+    reconcile_grace_s: float = Field(
+        default=5.0, ge=0, le=3600, description="A granted lease a heartbeat omits is lost only after this."
+    )
+    max_parallel_requests: int = Field(default=256, ge=1, le=100_000, description="Lease requests in flight.")
+    query_finished_limit: int = Field(
+        default=10_000, ge=0, le=1_000_000, description="Finished jobs read from the store per query."
+    )

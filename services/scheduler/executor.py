@@ -1,0 +1,193 @@
+"""Lease commands to workers: revoke and grant over request-reply, retried, fenced by the epoch.
+
+Every command carries the leader's epoch; a worker that has accepted a higher one answers
+``stale_epoch`` and the executor reports it (:class:`DeposedError`): this replica is no longer the
+leader and must stop. A command that gets no reply is retried with the same ``lease_id``, which the
+agent treats as a no-op (``duplicate=True``), until it is acked or its time is up.
+
+Waiting for suspensions: the book releases a lease when its ``job.suspended`` (or completion) is
+applied, and :meth:`LeaseExecutor.released` wakes the round waiting on it; a lease whose revoke
+deadline (grace period plus margin) passes is released by the round without the fact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+import nats.errors
+
+from schemas.job import JobSpec
+from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason, WorldInfo
+from schemas.subjects import lease_grant, lease_revoke
+from services.runtime.bus import Bus, RemoteError
+from services.scheduler.leases import Lease
+
+log = logging.getLogger("roundhouse.scheduler.executor")
+
+_PORT_BASE = 20_000
+_PORT_SPAN = 20_000
+
+
+class DeposedError(RuntimeError):
+    """A worker refused a command as ``stale_epoch``, or leadership was lost: stop this term."""
+
+
+class GrantRefusedError(RuntimeError):
+    """A worker refused a grant (GPU busy, no such GPU, draining, wrong node) or never answered."""
+
+
+def coordinator_port(lease_id: str) -> int:
+    """A rendezvous port for a multi-node lease, stable for its id (MASTER_PORT)."""
+    return _PORT_BASE + (int.from_bytes(lease_id.encode()[-8:], "little") % _PORT_SPAN)
+
+
+class LeaseExecutor:
+    """Sends one term's lease commands and tracks who waits for which lease to be released."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        epoch: int,
+        is_current: Callable[[int], bool],
+        request_timeout_s: float,
+        grant_attempts: int,
+        max_parallel: int,
+        hostname: Callable[[str], str],
+    ) -> None:
+        self.bus = bus
+        self.epoch = epoch
+        self._is_current = is_current
+        self._timeout = request_timeout_s
+        self._attempts = grant_attempts
+        self._limit = asyncio.Semaphore(max_parallel)
+        self._hostname = hostname
+        self._waiters: dict[str, asyncio.Event] = {}
+        self.sent_grants = 0
+        self.sent_revokes = 0
+
+    def _check(self) -> None:
+        if not self._is_current(self.epoch):
+            raise DeposedError(f"epoch {self.epoch} is no longer current")
+
+    # --- waiting for suspensions -------------------------------------------------------------
+    def released(self, lease_ids: Iterable[str]) -> None:
+        """The book released these leases (a fact arrived, or their deadline passed)."""
+        for lease_id in lease_ids:
+            event = self._waiters.pop(lease_id, None)
+            if event is not None:
+                event.set()
+
+    async def wait_released(self, leases: list[Lease], deadline: float, active: Callable[[str], bool]) -> list[str]:
+        """Wait until each lease is released or ``deadline`` (wall clock); returns those still held."""
+        pending = {lease.lease_id: asyncio.Event() for lease in leases if active(lease.lease_id)}
+        self._waiters.update(pending)
+        try:
+            remaining = deadline - time.time()
+            if pending and remaining > 0:
+                waits = [asyncio.create_task(e.wait()) for e in pending.values()]
+                _, not_done = await asyncio.wait(waits, timeout=remaining)
+                for task in not_done:
+                    task.cancel()
+        finally:
+            for lease_id, event in pending.items():
+                if self._waiters.get(lease_id) is event:
+                    del self._waiters[lease_id]
+        return [lease_id for lease_id in pending if active(lease_id)]
+
+    # --- commands -------------------------------------------------------------------------
+    async def revoke(self, lease: Lease, reason: RevokeReason, grace_s: float, until: float) -> LeaseAck | None:
+        """Ask the coordinator to stop ``lease``; retried until acked or ``until`` (wall clock).
+        Returns the ack, or None if the worker never answered (its node may be dead)."""
+        command = LeaseRevoke(
+            epoch=self.epoch,
+            lease_id=lease.lease_id,
+            job_id=lease.job_id,
+            node_id=lease.coordinator,
+            reason=reason,
+            grace_s=grace_s,
+        )
+        subject = lease_revoke(lease.coordinator)
+        while True:
+            self._check()
+            ack = await self._request(subject, command)
+            if ack is not None:
+                self.sent_revokes += 1
+                if ack.error is LeaseAckError.STALE_EPOCH:
+                    raise DeposedError(f"{lease.coordinator} has seen epoch {ack.epoch_seen} > {self.epoch}")
+                return ack
+            if time.time() >= until:
+                log.warning("revoke of %s on %s got no answer", lease.lease_id, lease.coordinator)
+                return None
+
+    async def grant(self, lease: Lease, spec: JobSpec, *, resume_from: str | None,
+                    resume_iteration: int | None, attempt: int) -> None:
+        """Send one grant per node of ``lease`` (same ``lease_id``); raises ``GrantRefusedError``."""
+        world_size = lease.gpu_count
+        coordinator = lease.coordinator
+        multi = len(lease.parts) > 1
+        port = coordinator_port(lease.lease_id)
+        offset = 0
+        grants: list[LeaseGrant] = []
+        for rank, (node, gpus) in enumerate(lease.parts):
+            world = (
+                WorldInfo(
+                    num_nodes=len(lease.parts),
+                    node_rank=rank,
+                    world_size=world_size,
+                    rank_offset=offset,
+                    coordinator_node=coordinator,
+                    coordinator_host=self._hostname(coordinator),
+                    coordinator_port=port,
+                )
+                if multi
+                else None
+            )
+            offset += len(gpus)
+            grants.append(
+                LeaseGrant(
+                    epoch=self.epoch,
+                    lease_id=lease.lease_id,
+                    job_id=lease.job_id,
+                    node_id=node,
+                    gpus=list(gpus),
+                    spec=spec,
+                    world=world,
+                    resume_from=resume_from,
+                    resume_iteration=resume_iteration if resume_from is not None else None,
+                    attempt=attempt,
+                )
+            )
+        acks = await asyncio.gather(*(self._grant_one(g) for g in grants))
+        refused = [a for a in acks if a is None or not a.accepted]
+        if refused:
+            why = ", ".join("no answer" if a is None else f"{a.node_id}: {a.error}" for a in refused)
+            raise GrantRefusedError(f"grant {lease.lease_id} of {lease.job_id} refused ({why})")
+
+    async def _grant_one(self, grant: LeaseGrant) -> LeaseAck | None:
+        subject = lease_grant(grant.node_id)
+        for _ in range(self._attempts):
+            self._check()
+            ack = await self._request(subject, grant)
+            if ack is None:
+                continue
+            self.sent_grants += 1
+            if ack.error is LeaseAckError.STALE_EPOCH:
+                raise DeposedError(f"{grant.node_id} has seen epoch {ack.epoch_seen} > {self.epoch}")
+            return ack
+        return None
+
+    async def _request(self, subject: str, command: LeaseGrant | LeaseRevoke) -> LeaseAck | None:
+        async with self._limit:
+            try:
+                return await self.bus.request(subject, command, LeaseAck, timeout_s=self._timeout)
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError):
+                await asyncio.sleep(min(0.1, self._timeout))
+                return None
+            except RemoteError as exc:
+                log.warning("%s refused: %s", subject, exc)
+                await asyncio.sleep(min(0.1, self._timeout))
+                return None

@@ -1,0 +1,255 @@
+"""Stand-ins for the scheduler's peers, over the real bus: fake workers and an in-process placement.
+
+For integration tests and ``benchmarks/round.py``, not for production. ``FakeWorkers`` plays the
+worker agents of many nodes with one wildcard subscription each for grants and revokes: it registers
+the nodes, answers lease commands like an agent (fencing by epoch, duplicates acked as such, GPUs
+checked), reports ``job.started`` and, on a revoke, ``job.suspended`` with a checkpoint after
+``stop_delay_s``. ``InlinePlacement`` answers ``schedule.round`` by running a placement policy on
+the scheduler's own snapshot of that round (same process), as the placement service would on its
+event-built view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nats.aio.subscription import Subscription
+
+from schemas.jobs import JobCompleted, JobStarted, JobSuspended, SuspendReason
+from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke
+from schemas.nodes import GpuInventory, HeldLease, NodeHeartbeat, NodeRegister
+from schemas.rounds import NodeGpus, PlacementPlan, ScheduleRound
+from schemas.subjects import (
+    JOB_COMPLETED,
+    JOB_STARTED,
+    JOB_SUSPENDED,
+    NODE_HEARTBEAT,
+    NODE_REGISTER,
+    PLACEMENT_PLAN,
+    SCHEDULE_ROUND,
+)
+from services.core.protocols import PlacementPolicy
+from services.core.registry import PLACEMENT
+from services.core.round import diff_plan
+from services.runtime.bus import Bus
+
+
+@dataclass(slots=True)
+class FakeLease:
+    grant: LeaseGrant
+    stopping: bool = False
+
+
+@dataclass(slots=True)
+class FakeNode:
+    node_id: str
+    gpus: int
+    incarnation: uuid.UUID = field(default_factory=uuid.uuid4)
+    epoch_seen: int = 0
+    leases: dict[str, FakeLease] = field(default_factory=dict)
+    seq: int = 0
+
+
+class FakeWorkers:
+    """Fake worker agents for ``nodes`` (node id -> GPU count) on one bus connection."""
+
+    def __init__(self, bus: Bus, nodes: dict[str, int], *, stop_delay_s: float = 0.0,
+                 report_started: bool = True) -> None:
+        self.bus = bus
+        self.nodes = {n: FakeNode(n, g) for n, g in nodes.items()}
+        self.stop_delay_s = stop_delay_s
+        self.report_started = report_started
+        self.log: list[tuple[str, str, str, int]] = []
+        """(command, lease_id, node_id, epoch) of every accepted command, in order."""
+        self.refused: list[tuple[str, str, LeaseAckError]] = []
+        self.running: dict[str, set[str]] = {}
+        """job id -> lease ids running it now (more than one would be a job run twice)."""
+        self.max_concurrent_runs = 0
+        self.silent: set[str] = set()
+        """Nodes that answer nothing (cut off from the bus)."""
+        self._subs: list[Subscription] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._heartbeat: asyncio.Task[None] | None = None
+
+    async def start(self, *, heartbeat_s: float | None = None) -> None:
+        self._subs.append(await self.bus.serve("lease.grant.*", LeaseGrant, self._on_grant))
+        self._subs.append(await self.bus.serve("lease.revoke.*", LeaseRevoke, self._on_revoke))
+        await self.bus.nc.flush()
+        for node in self.nodes.values():
+            await self.register(node.node_id)
+        if heartbeat_s is not None:
+            self._heartbeat = asyncio.create_task(self._beat(heartbeat_s))
+
+    async def register(self, node_id: str, *, new_incarnation: bool = False) -> None:
+        node = self.nodes[node_id]
+        if new_incarnation:
+            node.incarnation = uuid.uuid4()
+            node.leases.clear()
+        gpus = [
+            GpuInventory(index=i, uuid=f"GPU-{node_id}-{i}", name="Fake GPU", memory_mib=16_384)
+            for i in range(node.gpus)
+        ]
+        await self.bus.publish(NODE_REGISTER, NodeRegister(
+            node_id=node_id, incarnation=node.incarnation, hostname="127.0.0.1", cpus=32, memory_gb=256, gpus=gpus,
+        ))  # fmt: skip
+
+    async def heartbeat(self, node_id: str) -> None:
+        node = self.nodes[node_id]
+        node.seq += 1
+        leases = [
+            HeldLease(lease_id=lid, job_id=fl.grant.job_id, epoch=fl.grant.epoch, gpus=fl.grant.gpus)
+            for lid, fl in node.leases.items()
+        ]
+        await self.bus.publish(NODE_HEARTBEAT, NodeHeartbeat(
+            node_id=node_id, incarnation=node.incarnation, seq=node.seq, epoch_seen=node.epoch_seen, leases=leases,
+        ))  # fmt: skip
+
+    async def _beat(self, interval: float) -> None:
+        while True:
+            for node_id in self.nodes:
+                if node_id not in self.silent:
+                    await self.heartbeat(node_id)
+            await asyncio.sleep(interval)
+
+    async def stop(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _ack(self, node: FakeNode, lease_id: str, error: LeaseAckError | None = None,
+             duplicate: bool = False) -> LeaseAck:
+        return LeaseAck(lease_id=lease_id, node_id=node.node_id, accepted=error is None, error=error,
+                        duplicate=duplicate, epoch_seen=node.epoch_seen, leases_held=len(node.leases))
+
+    async def _on_grant(self, grant: LeaseGrant) -> LeaseAck:
+        node = self.nodes.get(grant.node_id)
+        if node is None or grant.node_id in self.silent:
+            raise TimeoutError("not this process's node")  # answered as an error; the scheduler retries
+        if grant.epoch < node.epoch_seen:
+            self.refused.append(("grant", grant.lease_id, LeaseAckError.STALE_EPOCH))
+            return self._ack(node, grant.lease_id, LeaseAckError.STALE_EPOCH)
+        node.epoch_seen = grant.epoch
+        if grant.lease_id in node.leases:
+            return self._ack(node, grant.lease_id, duplicate=True)
+        busy = {g for fl in node.leases.values() for g in fl.grant.gpus}
+        if any(g >= node.gpus for g in grant.gpus):
+            self.refused.append(("grant", grant.lease_id, LeaseAckError.NO_SUCH_GPU))
+            return self._ack(node, grant.lease_id, LeaseAckError.NO_SUCH_GPU)
+        if busy & set(grant.gpus):
+            self.refused.append(("grant", grant.lease_id, LeaseAckError.GPU_BUSY))
+            return self._ack(node, grant.lease_id, LeaseAckError.GPU_BUSY)
+        node.leases[grant.lease_id] = FakeLease(grant)
+        self.log.append(("grant", grant.lease_id, grant.node_id, grant.epoch))
+        runs = self.running.setdefault(grant.job_id, set())
+        runs.add(grant.lease_id)
+        self.max_concurrent_runs = max(self.max_concurrent_runs, len(runs))
+        if self.report_started and grant.is_coordinator:
+            self._spawn(self.bus.publish(JOB_STARTED, JobStarted(
+                job_id=grant.job_id, lease_id=grant.lease_id, node_id=grant.node_id, epoch=grant.epoch,
+                gpus=grant.gpus, iteration=grant.resume_iteration or 0, resumed_from=grant.resume_from,
+            )))  # fmt: skip
+        return self._ack(node, grant.lease_id)
+
+    async def _on_revoke(self, revoke: LeaseRevoke) -> LeaseAck:
+        node = self.nodes.get(revoke.node_id)
+        if node is None or revoke.node_id in self.silent:
+            raise TimeoutError("not this process's node")
+        if revoke.epoch < node.epoch_seen:
+            self.refused.append(("revoke", revoke.lease_id, LeaseAckError.STALE_EPOCH))
+            return self._ack(node, revoke.lease_id, LeaseAckError.STALE_EPOCH)
+        node.epoch_seen = revoke.epoch
+        held = node.leases.get(revoke.lease_id)
+        if held is None:
+            return self._ack(node, revoke.lease_id, LeaseAckError.UNKNOWN_LEASE)
+        if held.stopping:
+            return self._ack(node, revoke.lease_id, duplicate=True)
+        held.stopping = True
+        self.log.append(("revoke", revoke.lease_id, revoke.node_id, revoke.epoch))
+        self._spawn(self._suspend_later(node, held))
+        return self._ack(node, revoke.lease_id)
+
+    async def _suspend_later(self, node: FakeNode, held: FakeLease) -> None:
+        if self.stop_delay_s:
+            await asyncio.sleep(self.stop_delay_s)
+        await self.finish(node.node_id, held.grant.lease_id, completed=False)
+
+    async def finish(self, node_id: str, lease_id: str, *, completed: bool, iteration: int = 10) -> None:
+        """End a lease's job: ``job.completed``, or ``job.suspended`` with a checkpoint."""
+        node = self.nodes[node_id]
+        held = node.leases.pop(lease_id)
+        grant = held.grant
+        self.running.get(grant.job_id, set()).discard(lease_id)
+        common = {"job_id": grant.job_id, "lease_id": lease_id, "node_id": node_id, "epoch": grant.epoch}
+        if completed:
+            await self.bus.publish(JOB_COMPLETED, JobCompleted(**common, iteration=iteration))
+        else:
+            await self.bus.publish(JOB_SUSPENDED, JobSuspended(
+                **common, reason=SuspendReason.PREEMPTED, iteration=iteration,
+                checkpoint_path=f"/ckpt/{grant.job_id}/{iteration}", checkpoint_iteration=iteration,
+            ))  # fmt: skip
+
+    def lease_of(self, job_id: str) -> tuple[str, str] | None:
+        """(node_id, lease_id) of the coordinator part running ``job_id`` now, if any."""
+        for node in self.nodes.values():
+            for lease_id, held in node.leases.items():
+                if held.grant.job_id == job_id and held.grant.is_coordinator:
+                    return node.node_id, lease_id
+        return None
+
+
+SnapshotSource = Callable[[int], "object | None"]
+
+
+class InlinePlacement:
+    """Answers ``schedule.round`` with a plan from ``policy`` run on the scheduler's snapshot."""
+
+    def __init__(self, bus: Bus, scheduler: object, policy: str = "consolidated") -> None:
+        self.bus = bus
+        self.scheduler = scheduler
+        self.policy: PlacementPolicy = PLACEMENT.create(policy)
+        self.place_s = 0.0
+        self.answered = 0
+        self._sub: Subscription | None = None
+
+    async def start(self) -> None:
+        self._sub = await self.bus.subscribe(SCHEDULE_ROUND, ScheduleRound, self._on_round, queue="placement")
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+
+    async def _on_round(self, message: ScheduleRound) -> None:
+        import time
+
+        snap = getattr(self.scheduler, "snapshot", None)
+        if snap is None or snap.round != message.round or snap.epoch != message.epoch:
+            return
+        t0 = time.perf_counter()
+        target = self.policy.place(snap.ranking, snap.jobs, snap.cluster, snap.now)
+        plan = diff_plan(target, snap.ranking, snap.jobs)
+        launch = {
+            job_id: [NodeGpus(node_id=node, gpus=list(local)) for node, local in snap.topology.to_local(gpus)]
+            for job_id, gpus in plan.launch.items()
+        }
+        self.place_s = time.perf_counter() - t0
+        self.answered += 1
+        await self.bus.publish(PLACEMENT_PLAN, PlacementPlan(
+            round=message.round, state_version=message.state_version, epoch=message.epoch,
+            policy=self.policy.name, launch=launch, suspend=list(plan.suspend), terminate=dict(plan.terminate),
+        ))  # fmt: skip

@@ -1,0 +1,139 @@
+"""Nodes as the scheduler knows them: inventory from ``node.register``, liveness from heartbeats.
+
+A node is *live* while its heartbeats arrive. One silent for ``lease_ttl_s`` is *dead*: its worker
+has suspended its own jobs by then (it does so after the same TTL without the bus), so only then may
+its GPUs go to other jobs. The clock is passed in (``now``, monotonic seconds), never read here.
+
+The inventory is persisted (store ``meta`` key ``scheduler.nodes``) so that a restarted or newly
+elected scheduler knows the nodes without replaying ``node.register``; a node loaded that way is
+given a fresh ``lease_ttl_s`` from the load, because nobody knows when it last spoke.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from schemas.nodes import NodeRegister
+
+META_KEY = "scheduler.nodes"
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    """One worker node: its GPUs (local indices), host, incarnation and when it last spoke."""
+
+    node_id: str
+    hostname: str
+    gpus: tuple[int, ...]
+    incarnation: str
+    cpus: float = 32.0
+    memory_gb: float = 256.0
+    gpu_type: str = "generic"
+    last_seen: float = 0.0
+    """Monotonic time of the last register or heartbeat."""
+    draining: bool = False
+
+
+class Inventory:
+    """Registered nodes and their liveness; ``version`` changes whenever the live set could."""
+
+    def __init__(self, lease_ttl_s: float) -> None:
+        self.lease_ttl_s = lease_ttl_s
+        self._nodes: dict[str, NodeInfo] = {}
+        self._dead: set[str] = set()
+        self.version = 0
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._nodes
+
+    def get(self, node_id: str) -> NodeInfo | None:
+        return self._nodes.get(node_id)
+
+    def register(self, event: NodeRegister, now: float) -> str | None:
+        """Record a registration; returns the previous incarnation if the agent restarted."""
+        previous = self._nodes.get(event.node_id)
+        incarnation = str(event.incarnation)
+        gpu_type = event.gpus[0].name if event.gpus else "generic"
+        self._nodes[event.node_id] = NodeInfo(
+            node_id=event.node_id,
+            hostname=event.hostname,
+            gpus=tuple(sorted(g.index for g in event.gpus)),
+            incarnation=incarnation,
+            cpus=event.cpus,
+            memory_gb=event.memory_gb,
+            gpu_type=gpu_type,
+            last_seen=now,
+        )
+        self._dead.discard(event.node_id)
+        self.version += 1
+        if previous is not None and previous.incarnation != incarnation:
+            return previous.incarnation
+        return None
+
+    def heartbeat(self, node_id: str, incarnation: uuid.UUID, draining: bool, now: float) -> bool:
+        """Note a heartbeat; returns False if the node or its incarnation is unknown (not applied)."""
+        node = self._nodes.get(node_id)
+        if node is None or node.incarnation != str(incarnation):
+            return False
+        node.last_seen = now
+        if node.draining != draining:
+            node.draining = draining
+            self.version += 1
+        if node_id in self._dead:
+            self._dead.discard(node_id)
+            self.version += 1
+        return True
+
+    def is_live(self, node_id: str) -> bool:
+        return node_id in self._nodes and node_id not in self._dead
+
+    def sweep(self, now: float) -> list[str]:
+        """Mark nodes silent for ``lease_ttl_s`` dead; returns those newly dead."""
+        newly = [
+            n.node_id
+            for n in self._nodes.values()
+            if n.node_id not in self._dead and now - n.last_seen >= self.lease_ttl_s
+        ]
+        if newly:
+            self._dead.update(newly)
+            self.version += 1
+        return newly
+
+    def live(self) -> Iterator[NodeInfo]:
+        """Live nodes in node-id order (the cluster order placement breaks ties by)."""
+        for node_id in sorted(self._nodes):
+            if node_id not in self._dead:
+                yield self._nodes[node_id]
+
+    def touch_all(self, now: float) -> None:
+        """Give every node a fresh TTL (a new leader does not know when they last spoke)."""
+        for node in self._nodes.values():
+            node.last_seen = now
+        self._dead.clear()
+        self.version += 1
+
+    # --- persistence ------------------------------------------------------------------------
+    def dumps(self) -> str:
+        return json.dumps(
+            {
+                n.node_id: [n.hostname, list(n.gpus), n.incarnation, n.cpus, n.memory_gb, n.gpu_type]
+                for n in self._nodes.values()
+            },
+            separators=(",", ":"),
+        )
+
+    def loads(self, text: str | None, now: float) -> None:
+        self._nodes.clear()
+        self._dead.clear()
+        if text:
+            for node_id, (host, gpus, inc, cpus, mem, gpu_type) in json.loads(text).items():
+                self._nodes[node_id] = NodeInfo(
+                    node_id, host, tuple(gpus), inc, cpus, mem, gpu_type, last_seen=now
+                )
+        self.version += 1

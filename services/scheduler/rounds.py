@@ -1,0 +1,159 @@
+"""When rounds run (timer and churn), and which parts of a placement plan are still valid.
+
+Rounds run every ``round_s`` and, when the scheduling policy's ``triggers`` ask for it, soon after
+churn: an arrival (``job.accepted``) or a completion (a job ending frees GPUs). A node joining or
+leaving and a manual request always start a round. Churn is debounced by ``churn_debounce_s`` so a
+burst of events makes one round, not one each.
+
+A plan answers the round it names; the scheduler applies it only if round, state version and epoch
+are those of the round in flight, and then only the parts still valid against the current state:
+events applied while placement worked (a completion, a cancel) may have changed it. Suspensions
+must name running jobs whose lease is granted; launches must name waiting jobs, with GPUs of live
+nodes that are free once this plan's suspensions are done and not claimed twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from schemas.rounds import PlacementPlan, RoundTrigger
+from services.core.protocols import Trigger
+from services.core.state import JobStatus
+from services.runtime.store import LeaseState
+from services.scheduler.book import JobBook
+from services.scheduler.inventory import Inventory
+
+_CHURN = {
+    RoundTrigger.ARRIVAL: Trigger.ARRIVAL,
+    RoundTrigger.COMPLETION: Trigger.COMPLETION,
+}
+
+
+class RoundTimer:
+    """Decides when the next round starts: the timer, or churn the policy reacts to."""
+
+    def __init__(self, round_s: float, triggers: Trigger, debounce_s: float) -> None:
+        self.round_s = round_s
+        self.triggers = triggers
+        self.debounce_s = debounce_s
+        self._kick = asyncio.Event()
+        self._reason: RoundTrigger | None = None
+        self._due = time.monotonic()
+
+    def churn(self, reason: RoundTrigger) -> None:
+        """Note churn; starts a round soon if the policy (or the kind of churn) asks for it."""
+        wanted = _CHURN.get(reason)
+        if wanted is None or self.triggers & wanted:
+            if self._reason is None:
+                self._reason = reason
+            self._kick.set()
+
+    def soon(self) -> None:
+        """Run a round now (a new leader, a manual request)."""
+        self._reason = self._reason or RoundTrigger.MANUAL
+        self._kick.set()
+
+    async def next(self) -> RoundTrigger:
+        """Wait for the next round; returns what triggered it."""
+        timer = bool(self.triggers & Trigger.TIMER)
+        while True:
+            timeout = max(0.0, self._due - time.monotonic()) if timer else None
+            try:
+                await asyncio.wait_for(self._kick.wait(), timeout)
+            except TimeoutError:
+                self._due = time.monotonic() + self.round_s
+                self._kick.clear()
+                self._reason = None
+                return RoundTrigger.TIMER
+            if self.debounce_s > 0:
+                await asyncio.sleep(self.debounce_s)
+            reason = self._reason or RoundTrigger.MANUAL
+            self._kick.clear()
+            self._reason = None
+            if timer:
+                self._due = time.monotonic() + self.round_s
+            return reason
+
+
+@dataclass(slots=True)
+class ValidPlan:
+    """The parts of a placement plan that may be executed now."""
+
+    suspend: list[str] = field(default_factory=list)
+    launch: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = field(default_factory=dict)
+    terminate: dict[str, str] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
+    """Why parts were left out (for logs and tests)."""
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.suspend or self.launch or self.terminate)
+
+
+def validate_plan(plan: PlacementPlan, book: JobBook, inventory: Inventory,
+                  gpu_targets: dict[str, int]) -> ValidPlan:
+    """Keep the parts of ``plan`` that are valid against the book and the live nodes now."""
+    out = ValidPlan()
+    for job_id, reason in plan.terminate.items():
+        entry = book.entry(job_id)
+        if entry is None or entry.state.status.is_final:
+            out.dropped.append(f"terminate {job_id}: not an unfinished job")
+        else:
+            out.terminate[job_id] = reason
+    freed: set[tuple[str, int]] = set()
+    for job_id in plan.suspend:
+        entry = book.entry(job_id)
+        lease = entry.lease if entry is not None else None
+        if lease is None or lease.state is not LeaseState.GRANTED or job_id in out.terminate:
+            out.dropped.append(f"suspend {job_id}: not running under a granted lease")
+            continue
+        out.suspend.append(job_id)
+        freed.update((node, g) for node, gpus in lease.parts for g in gpus)
+    held: set[tuple[str, int]] = set()
+    for _, lease in book.held_gpus():
+        held.update((node, g) for node, gpus in lease.parts for g in gpus)
+    busy = held - freed
+    claimed: set[tuple[str, int]] = set()
+    suspending = set(out.suspend)
+    for job_id, assignment in plan.launch.items():
+        entry = book.entry(job_id)
+        if entry is None:
+            out.dropped.append(f"launch {job_id}: unknown or finished job")
+            continue
+        status = entry.state.status
+        moving = job_id in suspending
+        if not (status is JobStatus.QUEUED and entry.lease is None) and not moving:
+            out.dropped.append(f"launch {job_id}: not waiting ({status.value})")
+            continue
+        spec = entry.state.spec
+        count = sum(len(part.gpus) for part in assignment)
+        allowed = {spec.gpus, gpu_targets.get(job_id, spec.gpus)}
+        if count not in allowed and not (spec.max_gpus and spec.gpus <= count <= spec.max_gpus):
+            out.dropped.append(f"launch {job_id}: {count} GPUs, wants {sorted(allowed)}")
+            continue
+        problem = None
+        wanted: list[tuple[str, int]] = []
+        for part in assignment:
+            node = inventory.get(part.node_id)
+            if node is None or not inventory.is_live(part.node_id) or node.draining:
+                problem = f"node {part.node_id} is not live"
+                break
+            for g in part.gpus:
+                key = (part.node_id, g)
+                if g not in node.gpus:
+                    problem = f"{part.node_id} has no GPU {g}"
+                elif key in busy or key in claimed:
+                    problem = f"GPU {g} of {part.node_id} is not free"
+                if problem:
+                    break
+                wanted.append(key)
+            if problem:
+                break
+        if problem:
+            out.dropped.append(f"launch {job_id}: {problem}")
+            continue
+        claimed.update(wanted)
+        out.launch[job_id] = tuple((part.node_id, tuple(part.gpus)) for part in assignment)
+    return out

@@ -1,0 +1,806 @@
+"""The scheduler service: owns jobs and leases, runs rounds, executes plans, leads one term at a time.
+
+Every replica campaigns for the leader key (``leader.py``); only the leader does anything else. On
+election it loads its book from the store (``book.py``) and its node inventory, starts the durable
+consumers of the job and node facts, subscribes to heartbeats and plans, serves ``query.jobs`` and
+runs rounds (``rounds.py``). On deposition it stops all of that before another replica can act.
+
+A round (docs/control-plane.md, "A round"): snapshot -> rank with the scheduling policy -> publish
+``ScheduleRound`` -> wait for placement's ``PlacementPlan`` -> keep its valid parts -> execute:
+revokes first, wait for ``job.suspended`` or the grace deadline, then grants (``executor.py``).
+
+Handlers commit their effect with ``Store.apply_event`` (idempotent by event id) before the
+consumer acks; one lock serializes the book's transitions so each is computed on the state the
+previous one left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.aio.subscription import Subscription
+
+from schemas.control import JobsQuery, JobsReply
+from schemas.jobs import (
+    JobAccepted,
+    JobArrived,
+    JobCancel,
+    JobCompleted,
+    JobFailed,
+    JobHeld,
+    JobRejected,
+    JobStarted,
+    JobSuspended,
+    SuspendReason,
+)
+from schemas.leases import LeaseAckError, RevokeReason
+from schemas.nodes import NodeHeartbeat, NodeRegister
+from schemas.rounds import PlacementPlan, RoundTrigger, ScheduleRound
+from schemas.subjects import (
+    JOB_ACCEPTED,
+    JOB_ARRIVED,
+    JOB_CANCEL,
+    JOB_COMPLETED,
+    JOB_FAILED,
+    JOB_HELD,
+    JOB_REJECTED,
+    JOB_STARTED,
+    JOB_SUSPENDED,
+    NODE_HEARTBEAT,
+    NODE_REGISTER,
+    PLACEMENT_PLAN,
+    QUERY_JOBS,
+    SCHEDULE_ROUND,
+)
+from services.core.decisions import Plan, Ranking
+from services.core.protocols import SchedulingPolicy
+from services.core.registry import SCHEDULING
+from services.core.state import ClusterState, JobState, JobStatus
+from services.runtime.bus import Bus
+from services.runtime.config import ServiceConfig
+from services.runtime.consumer import ConsumerOptions, DurableConsumer
+from services.runtime.service import RoundhouseService
+from services.runtime.store import (
+    JobRecord,
+    LeaseRecord,
+    RecordRound,
+    RoundRecord,
+    SetMeta,
+    StaleWriteError,
+    Store,
+    WriteOp,
+)
+from services.scheduler.book import Change, JobBook
+from services.scheduler.config import SchedulerConfig
+from services.scheduler.executor import DeposedError, GrantRefusedError, LeaseExecutor
+from services.scheduler.inventory import META_KEY, Inventory
+from services.scheduler.leader import LeaderElection
+from services.scheduler.leases import Lease, leases_from_records, new_lease_id
+from services.scheduler.queries import answer
+from services.scheduler.rounds import RoundTimer, ValidPlan, validate_plan
+from services.scheduler.topology import Topology, UnknownGpuError
+
+log = logging.getLogger("roundhouse.scheduler")
+
+
+@dataclass(slots=True)
+class RoundSnapshot:
+    """What one round ranked: kept so an in-process placement (tests, benchmarks) can place it."""
+
+    round: int
+    epoch: int
+    state_version: int
+    now: float
+    ranking: Ranking
+    jobs: dict[str, JobState]
+    cluster: ClusterState
+    topology: Topology
+
+
+@dataclass(slots=True)
+class RoundTimings:
+    """Seconds spent in each phase of the last round (the benchmark prints these)."""
+
+    round: int = 0
+    snapshot: float = 0.0
+    rank: float = 0.0
+    publish: float = 0.0
+    placement: float = 0.0
+    apply: float = 0.0
+    launched: int = 0
+    suspended: int = 0
+    dropped: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in ("round", "snapshot", "rank", "publish", "placement", "apply",
+                                              "launched", "suspended", "dropped")}
+
+
+@dataclass(slots=True)
+class _Term:
+    """Everything that lives only while this replica leads one term."""
+
+    epoch: int
+    executor: LeaseExecutor
+    timer: RoundTimer
+    consumers: list[DurableConsumer[Any]] = field(default_factory=list)
+    subscriptions: list[Subscription] = field(default_factory=list)
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    pending_plan: tuple[int, int, asyncio.Future[PlacementPlan]] | None = None
+
+
+CONSUMERS: dict[str, str] = {
+    JOB_ARRIVED: "scheduler-arrived",
+    JOB_ACCEPTED: "scheduler-accepted",
+    JOB_HELD: "scheduler-held",
+    JOB_REJECTED: "scheduler-rejected",
+    JOB_CANCEL: "scheduler-cancel",
+    JOB_STARTED: "scheduler-started",
+    JOB_SUSPENDED: "scheduler-suspended",
+    JOB_COMPLETED: "scheduler-completed",
+    JOB_FAILED: "scheduler-failed",
+    NODE_REGISTER: "scheduler-nodes",
+}
+"""Durable consumer name per subject (per namespace)."""
+
+
+class SchedulerService(RoundhouseService):
+    """One scheduler replica (``roundhouse service scheduler``)."""
+
+    kind = "scheduler"
+    description = "Roundhouse scheduler: jobs, leases, rounds; one leader among replicas"
+    config_model = SchedulerConfig
+
+    def __init__(self, config: ServiceConfig, *, consumer_options: ConsumerOptions | None = None) -> None:
+        if not isinstance(config, SchedulerConfig):
+            config = SchedulerConfig.model_validate(config.model_dump())
+        super().__init__(config)
+        self.cfg: SchedulerConfig = config
+        self.policy: SchedulingPolicy = SCHEDULING.create(config.policy, **config.policy_options)
+        self.consumer_options = consumer_options or ConsumerOptions(fetch_timeout_s=0.25)
+        self.book = JobBook()
+        self.inventory = Inventory(config.lease_ttl_s)
+        self.store: Store | None = None
+        self.bus: Bus | None = None
+        self.election: LeaderElection | None = None
+        self.timings = RoundTimings()
+        self.snapshot: RoundSnapshot | None = None
+        self.rounds_run = 0
+        self.plans_stale = 0
+        self.plans_timed_out = 0
+        self._lock = asyncio.Lock()
+        self._term: _Term | None = None
+        self._round_no = 0
+        self._topology: Topology | None = None
+        self._round_listeners: list[Callable[[ValidPlan], Awaitable[None] | None]] = []
+
+    # --- lifecycle --------------------------------------------------------------------------
+    async def start(self, bus: Bus) -> None:
+        self.bus = bus
+        self.store = await Store.open(self.cfg.db)
+        self.election = LeaderElection(
+            bus, self.instance, ttl_s=self.cfg.leader_ttl_s,
+            on_elected=self._on_elected, on_deposed=self._on_deposed,
+        )  # fmt: skip
+        await self.election.start()
+
+    async def stop(self) -> None:
+        if self.election is not None:
+            await self.election.stop(resign=True)
+            self.election = None
+        if self.store is not None:
+            await self.store.close()
+            self.store = None
+
+    @property
+    def epoch(self) -> int | None:
+        """The epoch of the term this replica leads, or None."""
+        return self._term.epoch if self._term is not None else None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._term is not None and self.election is not None and self.election.is_leader
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "leader": self.is_leader,
+            "epoch": self.epoch,
+            "policy": self.policy.name,
+            "rounds": self.rounds_run,
+            "jobs": len(self.book.jobs),
+            "leases": len(self.book.leases),
+            "nodes": len(self.inventory),
+            "plans_stale": self.plans_stale,
+            "plans_timed_out": self.plans_timed_out,
+            "last_round": self.timings.as_dict(),
+        }
+
+    def _is_current(self, epoch: int) -> bool:
+        return self._term is not None and self._term.epoch == epoch and self.is_leader
+
+    # --- terms ------------------------------------------------------------------------------
+    async def _on_elected(self, epoch: int) -> None:
+        assert self.bus is not None and self.store is not None
+        bus, store = self.bus, self.store
+        now_mono = time.monotonic()
+        self.inventory.loads(await store.get_meta(META_KEY), now_mono)
+        records = await store.active_jobs()
+        lease_rows: list[LeaseRecord] = []
+        for node_id in sorted({n.node_id for n in self.inventory.live()}):
+            lease_rows.extend(await store.leases_for_node(node_id))
+        orphans = self.book.load(records, leases_from_records(lease_rows))
+        last = await store.last_round()
+        self._round_no = last.round_number if last is not None else 0
+        self._topology = None
+        executor = LeaseExecutor(
+            bus, epoch=epoch, is_current=self._is_current,
+            request_timeout_s=self.cfg.request_timeout_s, grant_attempts=self.cfg.grant_attempts,
+            max_parallel=self.cfg.max_parallel_requests, hostname=self._hostname,
+        )  # fmt: skip
+        term = _Term(epoch, executor, RoundTimer(self.cfg.round_s, self.policy.triggers, self.cfg.churn_debounce_s))
+        self._term = term
+        if orphans:
+            log.warning("requeueing %d running jobs without a lease", len(orphans))
+            async with self._lock:
+                await self._requeue_orphans(orphans)
+        handlers: dict[str, tuple[type[Any], Callable[[Any], Awaitable[None]]]] = {
+            JOB_ARRIVED: (JobArrived, self._on_arrived),
+            JOB_ACCEPTED: (JobAccepted, self._on_accepted),
+            JOB_HELD: (JobHeld, self._on_held),
+            JOB_REJECTED: (JobRejected, self._on_rejected),
+            JOB_CANCEL: (JobCancel, self._on_cancel),
+            JOB_STARTED: (JobStarted, self._on_started),
+            JOB_SUSPENDED: (JobSuspended, self._on_suspended),
+            JOB_COMPLETED: (JobCompleted, self._on_completed),
+            JOB_FAILED: (JobFailed, self._on_failed),
+            NODE_REGISTER: (NodeRegister, self._on_register),
+        }
+        for subject, (model, handler) in handlers.items():
+            term.consumers.append(
+                await bus.consume(subject, model, handler, durable=CONSUMERS[subject], options=self.consumer_options)
+            )
+        term.subscriptions.append(await bus.subscribe(NODE_HEARTBEAT, NodeHeartbeat, self._on_heartbeat))
+        term.subscriptions.append(await bus.subscribe(PLACEMENT_PLAN, PlacementPlan, self._on_plan))
+        term.subscriptions.append(await bus.serve(QUERY_JOBS, JobsQuery, self._on_query))
+        self._spawn(term, self._round_loop(term), "rounds")
+        self._spawn(term, self._sweep_loop(term), "sweep")
+        term.timer.soon()
+        log.info("leading", extra={"epoch": epoch, "jobs": len(self.book.jobs), "nodes": len(self.inventory)})
+
+    async def _on_deposed(self, epoch: int) -> None:
+        term, self._term = self._term, None
+        if term is None:
+            return
+        current = asyncio.current_task()
+        for task in list(term.tasks):
+            if task is not current:
+                task.cancel()
+        for sub in term.subscriptions:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        for consumer in term.consumers:
+            await consumer.stop()
+        if term.pending_plan is not None and not term.pending_plan[2].done():
+            term.pending_plan[2].cancel()
+        self.book = JobBook()
+
+    def _spawn(self, term: _Term, coro: Awaitable[Any], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(f"scheduler-{name}")
+        term.tasks.add(task)
+        task.add_done_callback(term.tasks.discard)
+
+    async def _step_down(self, why: BaseException) -> None:
+        log.warning("stepping down: %s", why)
+        if self.election is not None:
+            await self.election.resign()
+
+    def _hostname(self, node_id: str) -> str:
+        node = self.inventory.get(node_id)
+        return node.hostname if node is not None else node_id
+
+    # --- committing -------------------------------------------------------------------------
+    async def _commit(self, change: Change | None, *, event_id: object = None, consumer: str = "") -> bool:
+        """Write ``change`` (as an applied event when ``event_id`` is given), then apply it in memory.
+        Call with ``self._lock`` held."""
+        assert self.store is not None
+        if change is None:
+            return False
+        try:
+            if event_id is not None:
+                applied = await self.store.apply_event(str(event_id), self.bus.name(consumer) if self.bus else consumer,
+                                                       change.ops)
+                if not applied:
+                    return False
+            elif change.ops:
+                await self.store.submit(change.ops)
+        except StaleWriteError as exc:
+            term = self._term
+            if term is not None:
+                self._spawn(term, self._step_down(exc), "step-down")
+            raise
+        change.commit()
+        if change.released and self._term is not None:
+            self._term.executor.released(change.released)
+        return True
+
+    async def _requeue_orphans(self, job_ids: list[str]) -> None:
+        changes: list[Change | None] = []
+        for job_id in job_ids:
+            entry = self.book.entry(job_id)
+            if entry is None:
+                continue
+            c = Change()
+            c.update_job(entry, {"status": JobStatus.QUEUED, "queued_since": time.time()})
+            c.then(lambda e=entry: self.book._reindex(e))
+            changes.append(c)
+        await self._commit(self.book.merge(changes))
+
+    def _send_revokes(self, change: Change) -> None:
+        term = self._term
+        if term is None:
+            return
+        for lease, reason in change.revokes:
+            self._spawn(term, self._revoke_in_background(term, lease, reason), "revoke")
+
+    async def _revoke_in_background(self, term: _Term, lease: Lease, reason: RevokeReason) -> None:
+        """Revoke outside a round (cancel, terminate, unknown lease), then release at the deadline."""
+        entry = self.book.entry(lease.job_id)
+        grace = entry.state.spec.grace_period_s if entry is not None else 0.0
+        deadline = lease.revoke_deadline or (time.time() + grace + self.cfg.revoke_margin_s)
+        try:
+            ack = await term.executor.revoke(lease, reason, grace, deadline)
+        except DeposedError as exc:
+            await self._step_down(exc)
+            return
+        if lease.lease_id not in self.book.leases:
+            return
+        if ack is not None and ack.error is LeaseAckError.UNKNOWN_LEASE:
+            async with self._lock:
+                await self._commit(self.book.release(lease.lease_id, time.time(), count_preemption=False))
+            return
+        await term.executor.wait_released([lease], deadline, lambda i: i in self.book.leases)
+        async with self._lock:
+            await self._commit(self.book.release(lease.lease_id, time.time()))
+
+    # --- admission's facts and user intent ---------------------------------------------------
+    async def _on_arrived(self, event: JobArrived) -> None:
+        assert self.store is not None
+        async with self._lock:
+            if self.book.entry(event.job_id) is not None or await self.store.get_job(event.job_id) is not None:
+                return
+            await self._commit(self.book.arrived(event.job_id, event.spec, event.ts),
+                               event_id=event.event_id, consumer=CONSUMERS[JOB_ARRIVED])
+
+    async def _on_accepted(self, event: JobAccepted) -> None:
+        assert self.store is not None
+        async with self._lock:
+            if self.book.entry(event.job_id) is None and await self.store.get_job(event.job_id) is not None:
+                return  # finished (e.g. cancelled) before admission answered
+            change = self.book.accepted(event.job_id, time.time())
+            await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_ACCEPTED])
+        self._churn(RoundTrigger.ARRIVAL)
+
+    async def _on_held(self, event: JobHeld) -> None:
+        self.book.held(event.job_id, event.reason).commit()
+
+    async def _on_rejected(self, event: JobRejected) -> None:
+        async with self._lock:
+            change = self.book.rejected(event.job_id, event.reason, time.time())
+            await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_REJECTED])
+
+    async def _on_cancel(self, event: JobCancel) -> None:
+        now = time.time()
+        async with self._lock:
+            entry = self.book.entry(event.job_id)
+            grace = entry.state.spec.grace_period_s if entry is not None else 0.0
+            change = self.book.end(event.job_id, JobStatus.CANCELLED, RevokeReason.CANCEL, now,
+                                   now + grace + self.cfg.revoke_margin_s, event.reason or "cancelled")
+            applied = await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_CANCEL])
+        if applied:
+            self._send_revokes(change)
+
+    # --- workers' facts ----------------------------------------------------------------------
+    @staticmethod
+    def _fact_time(ts: float, start: float | None, now: float) -> float:
+        """When a fact happened, on our clock as far as we can tell: its ``ts`` within [start, now]."""
+        return min(now, max(ts, start if start is not None else ts))
+
+    async def _on_started(self, event: JobStarted) -> None:
+        now = time.time()
+        lease = self.book.leases.get(event.lease_id)
+        if lease is not None and lease.job_id == event.job_id:
+            lease.started = True
+            return
+        if now - event.ts > self.cfg.lease_ttl_s or self._term is None:
+            return  # history replayed on a new consumer: nothing runs there any more
+        entry = self.book.entry(event.job_id)
+        if entry is not None and entry.lease is not None and entry.lease.lease_id == event.lease_id:
+            return
+        # A lease we do not hold is running (granted by a deposed leader, or released at its
+        # deadline): stop it; nobody else may count on those GPUs.
+        stray = Lease(event.lease_id, event.job_id, ((event.node_id, tuple(event.gpus)),), event.epoch, now)
+        self._spawn(self._term, self._revoke_stray(self._term, stray), "revoke-stray")
+
+    async def _revoke_stray(self, term: _Term, lease: Lease) -> None:
+        with contextlib.suppress(DeposedError):
+            await term.executor.revoke(lease, RevokeReason.PREEMPT, 0.0, time.time() + self.cfg.request_timeout_s)
+
+    async def _on_suspended(self, event: JobSuspended) -> None:
+        now = time.time()
+        iterations = event.checkpoint_iteration if event.checkpoint_path is not None else None
+        async with self._lock:
+            lease = self.book.leases.get(event.lease_id)
+            change: Change | None
+            if lease is not None and lease.job_id == event.job_id:
+                entry = self.book.jobs[lease.job_id]
+                at = self._fact_time(event.ts, entry.state.last_start_time, now)
+                change = self.book.release(
+                    event.lease_id, at, checkpoint=event.checkpoint_path,
+                    iterations=iterations if iterations is not None else None,
+                )  # fmt: skip
+            else:
+                change = self.book.late_checkpoint(event.job_id, event.checkpoint_path, iterations)
+            await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_SUSPENDED])
+        if event.reason is not SuspendReason.PREEMPTED:
+            self._churn(RoundTrigger.COMPLETION)
+
+    async def _on_completed(self, event: JobCompleted) -> None:
+        await self._finished(event.event_id, CONSUMERS[JOB_COMPLETED], event.job_id, event.lease_id, event.ts,
+                             JobStatus.COMPLETED, event.checkpoint_path, event.iteration, None)
+
+    async def _on_failed(self, event: JobFailed) -> None:
+        reason = f"{event.reason.value}: {event.message}" if event.message else event.reason.value
+        await self._finished(event.event_id, CONSUMERS[JOB_FAILED], event.job_id, event.lease_id, event.ts,
+                             JobStatus.FAILED, event.checkpoint_path, event.iteration, reason)
+
+    async def _finished(self, event_id: object, consumer: str, job_id: str, lease_id: str | None, ts: float,
+                        status: JobStatus, checkpoint: str | None, iteration: int | None,
+                        reason: str | None) -> None:
+        now = time.time()
+        async with self._lock:
+            entry = self.book.entry(job_id)
+            if entry is None:
+                return
+            if reason is not None:
+                entry.reason = reason
+            lease = entry.lease
+            if lease is not None and (lease_id is None or lease.lease_id == lease_id):
+                at = self._fact_time(ts, entry.state.last_start_time, now)
+                change = self.book.release(lease.lease_id, at, final=status, checkpoint=checkpoint,
+                                           iterations=iteration)
+            elif lease is None:
+                change = self.book.finished_without_lease(job_id, status, now, checkpoint, iteration)
+            else:
+                return  # a stale lease of a job that runs under another one now
+            await self._commit(change, event_id=event_id, consumer=consumer)
+        self._churn(RoundTrigger.COMPLETION)
+
+    # --- nodes -----------------------------------------------------------------------------
+    async def _on_register(self, event: NodeRegister) -> None:
+        assert self.store is not None
+        async with self._lock:
+            restarted = self.inventory.register(event, time.monotonic())
+            changes: list[Change | None] = []
+            if restarted is not None:
+                # A new incarnation: the leases it held are gone with their processes.
+                for lease in self.book.leases_on(event.node_id):
+                    changes.append(self.book.release(lease.lease_id, time.time()))
+            change = self.book.merge(changes)
+            change.ops.append(SetMeta(META_KEY, self.inventory.dumps()))
+            await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[NODE_REGISTER])
+        self._churn(RoundTrigger.NODE_CHANGE)
+
+    async def _on_heartbeat(self, event: NodeHeartbeat) -> None:
+        if self._term is None:
+            return
+        if not self.inventory.heartbeat(event.node_id, event.incarnation, event.draining, time.monotonic()):
+            return
+        reported = {held.lease_id for held in event.leases}
+        mine = self.book.by_node.get(event.node_id, set())
+        cutoff = event.ts - self.cfg.reconcile_grace_s
+        lost = [i for i in mine if i not in reported and self.book.leases[i].granted_at < cutoff]
+        unknown = [h for h in event.leases if h.lease_id not in mine and h.epoch <= self._term.epoch]
+        if lost:
+            async with self._lock:
+                changes = [self.book.release(i, time.time()) for i in lost if i in self.book.leases]
+                await self._commit(self.book.merge(changes))
+            self._churn(RoundTrigger.NODE_CHANGE)
+        for held in unknown:
+            stray = Lease(held.lease_id, held.job_id, ((event.node_id, tuple(held.gpus)),), held.epoch, time.time())
+            self._spawn(self._term, self._revoke_stray(self._term, stray), "revoke-stray")
+
+    async def _sweep_loop(self, term: _Term) -> None:
+        """Dead nodes and revokes past their deadline, checked a few times per TTL."""
+        interval = min(1.0, self.cfg.lease_ttl_s / 4)
+        while self._term is term:
+            await asyncio.sleep(interval)
+            try:
+                await self._sweep()
+            except StaleWriteError:
+                return
+            except Exception:
+                log.exception("sweep failed")
+
+    async def _sweep(self) -> None:
+        dead = self.inventory.sweep(time.monotonic())
+        now = time.time()
+        async with self._lock:
+            changes: list[Change | None] = []
+            for node_id in dead:
+                log.warning("node %s silent for %.0f s: its jobs are requeued", node_id, self.cfg.lease_ttl_s)
+                changes.extend(self.book.release(lease.lease_id, now) for lease in self.book.leases_on(node_id))
+            released = {i for c in changes if c is not None for i in c.released}
+            for lease in list(self.book.leases.values()):
+                if lease.lease_id in released or lease.revoke_deadline is None or lease.revoke_deadline > now:
+                    continue
+                if lease.lease_id not in (self._term.executor._waiters if self._term else {}):
+                    changes.append(self.book.release(lease.lease_id, now))
+            if changes:
+                await self._commit(self.book.merge(changes))
+        if dead:
+            self._churn(RoundTrigger.NODE_CHANGE)
+
+    # --- queries -----------------------------------------------------------------------------
+    async def _on_query(self, query: JobsQuery) -> JobsReply:
+        term = self._term
+        if term is None or self.store is None:
+            raise RuntimeError("not the leader; ask again (the leader answers query.jobs)")
+        finished: list[JobRecord] = []
+        if query.include_finished or query.job_ids or any(JobStatus(s).is_final for s in query.statuses
+                                                         if s in JobStatus._value2member_map_):
+            if query.job_ids:
+                for job_id in query.job_ids:
+                    record = await self.store.get_job(job_id)
+                    if record is not None and record.status.is_final:
+                        finished.append(record)
+            else:
+                finals = [s for s in JobStatus if s.is_final]
+                finished = (await self.store.jobs_by_status(*finals))[-self.cfg.query_finished_limit:]
+        return answer(query, self.book, finished, time.time(), term.epoch)
+
+    # --- rounds ------------------------------------------------------------------------------
+    def _churn(self, reason: RoundTrigger) -> None:
+        if self._term is not None:
+            self._term.timer.churn(reason)
+
+    def request_round(self) -> None:
+        """Run a round now (tests, operators)."""
+        if self._term is not None:
+            self._term.timer.soon()
+
+    async def _round_loop(self, term: _Term) -> None:
+        while self._term is term:
+            trigger = await term.timer.next()
+            if self._term is not term:
+                return
+            try:
+                await self.run_round(trigger)
+            except (DeposedError, StaleWriteError) as exc:
+                await self._step_down(exc)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("round failed")
+
+    def _current_topology(self) -> Topology:
+        if self._topology is None or self._topology.version != self.inventory.version:
+            self._topology = Topology(self.inventory.live(), self.inventory.version)
+        return self._topology
+
+    def build_snapshot(self, now: float) -> tuple[Topology, ClusterState]:
+        """The cluster as policies see it: live nodes' GPUs, those held by any lease assigned."""
+        topology = self._current_topology()
+        cluster = topology.cluster()
+        for job_id, lease in self.book.held_gpus():
+            try:
+                gpus = [g for node, local in lease.parts for g in topology.to_global(node, local)]
+            except UnknownGpuError:
+                continue
+            cluster.assign(job_id, gpus)
+        self.book.refresh(now, topology)
+        return topology, cluster
+
+    async def run_round(self, trigger: RoundTrigger = RoundTrigger.MANUAL) -> ValidPlan | None:
+        """One round: snapshot, rank, publish, wait for the plan, execute its valid parts."""
+        term = self._term
+        if term is None or self.bus is None:
+            return None
+        await self._sweep()
+        if not self.book.active:
+            return None
+        timings = RoundTimings()
+        t0 = time.perf_counter()
+        now = time.time()
+        topology, cluster = self.build_snapshot(now)
+        jobs = dict(self.book.active)
+        t1 = time.perf_counter()
+        ranking = self.policy.rank(jobs, cluster, now)
+        ranked = list(ranking.order)
+        t2 = time.perf_counter()
+        self._round_no += 1
+        number = self._round_no
+        version = self.book.state_version
+        timings.round = number
+        self.snapshot = RoundSnapshot(number, term.epoch, version, now, ranking, jobs, cluster, topology)
+        future: asyncio.Future[PlacementPlan] = asyncio.get_running_loop().create_future()
+        term.pending_plan = (number, version, future)
+        message = ScheduleRound(
+            epoch=term.epoch, round=number, state_version=version, trigger=trigger, policy=self.policy.name,
+            ranked=ranked, gpu_targets=dict(ranking.gpu_targets), terminate=dict(ranking.terminate),
+        )  # fmt: skip
+        t3 = time.perf_counter()
+        await self.bus.publish(SCHEDULE_ROUND, message)
+        t4 = time.perf_counter()
+        try:
+            plan = await asyncio.wait_for(future, self.cfg.plan_timeout_s)
+        except TimeoutError:
+            self.plans_timed_out += 1
+            log.warning("no placement.plan for round %d within %.1f s", number, self.cfg.plan_timeout_s)
+            return None
+        finally:
+            term.pending_plan = None
+        t5 = time.perf_counter()
+        valid = validate_plan(plan, self.book, self.inventory, dict(ranking.gpu_targets))
+        if valid.dropped:
+            log.info("round %d: dropped %d plan parts: %s", number, len(valid.dropped), valid.dropped[:5])
+        await self.execute(valid, term)
+        await self._record(number, term.epoch, version, valid, topology)
+        t6 = time.perf_counter()
+        timings.snapshot = t1 - t0
+        timings.rank = (t2 - t1) + (t3 - t2)
+        timings.publish = t4 - t3
+        timings.placement = t5 - t4
+        timings.apply = t6 - t5
+        timings.launched = len(valid.launch)
+        timings.suspended = len(valid.suspend)
+        timings.dropped = len(valid.dropped)
+        self.timings = timings
+        self.rounds_run += 1
+        for listener in self._round_listeners:
+            result = listener(valid)
+            if result is not None:
+                await result
+        return valid
+
+    async def _on_plan(self, plan: PlacementPlan) -> None:
+        term = self._term
+        pending = term.pending_plan if term is not None else None
+        if term is None or pending is None:
+            self.plans_stale += 1
+            return
+        number, version, future = pending
+        if (plan.round, plan.state_version, plan.epoch) != (number, version, term.epoch) or future.done():
+            self.plans_stale += 1
+            log.debug("ignoring plan for round %d (waiting for %d)", plan.round, number)
+            return
+        future.set_result(plan)
+
+    async def _record(self, number: int, epoch: int, version: int, valid: ValidPlan, topology: Topology) -> None:
+        if valid.is_empty:
+            return
+        launch: dict[str, tuple[int, ...]] = {}
+        for job_id, parts in valid.launch.items():
+            with contextlib.suppress(UnknownGpuError):
+                launch[job_id] = tuple(g for node, local in parts for g in topology.to_global(node, local))
+        plan = Plan(launch=launch, suspend=tuple(valid.suspend), terminate=dict(valid.terminate))
+        ops: list[WriteOp] = [RecordRound(RoundRecord(number, epoch, version, time.time(), plan))]
+        assert self.store is not None
+        try:
+            await self.store.submit(ops)
+        except Exception as exc:  # a round number a previous term used: audit only, never fatal
+            log.warning("round %d not recorded: %r", number, exc)
+
+    async def execute(self, valid: ValidPlan, term: _Term) -> None:
+        """Revokes first, wait for the suspensions (or their deadlines), then grants."""
+        executor = term.executor
+        now = time.time()
+        margin = self.cfg.revoke_margin_s
+        async with self._lock:
+            changes: list[Change | None] = []
+            for job_id, reason in valid.terminate.items():
+                entry = self.book.entry(job_id)
+                if entry is None:
+                    continue
+                grace = entry.state.spec.grace_period_s
+                changes.append(self.book.end(job_id, JobStatus.COMPLETED, RevokeReason.TERMINATE, now,
+                                             now + grace + margin, reason))
+            for job_id in valid.suspend:
+                entry = self.book.entry(job_id)
+                if entry is None:
+                    continue
+                reason = RevokeReason.MIGRATE if job_id in valid.launch else RevokeReason.PREEMPT
+                changes.append(self.book.revoke(job_id, reason, now + entry.state.spec.grace_period_s + margin))
+            stopping = self.book.merge(changes)
+            await self._commit(stopping)
+        if stopping.revokes:
+            await self._stop_leases(executor, stopping.revokes)
+        await self._grant(executor, valid)
+
+    async def _stop_leases(self, executor: LeaseExecutor, revokes: list[tuple[Lease, RevokeReason]]) -> None:
+        def grace_of(lease: Lease) -> float:
+            entry = self.book.entry(lease.job_id)
+            return entry.state.spec.grace_period_s if entry is not None else 0.0
+
+        deadline = max((lease.revoke_deadline or time.time()) for lease, _ in revokes)
+        acks = await asyncio.gather(
+            *(executor.revoke(lease, reason, grace_of(lease), lease.revoke_deadline or deadline)
+              for lease, reason in revokes),
+            return_exceptions=True,
+        )  # fmt: skip
+        for result in acks:
+            if isinstance(result, DeposedError):
+                raise result
+        gone = [
+            lease.lease_id for (lease, _), ack in zip(revokes, acks, strict=True)
+            if not isinstance(ack, BaseException) and ack is not None and ack.error is LeaseAckError.UNKNOWN_LEASE
+        ]  # fmt: skip
+        if gone:
+            async with self._lock:
+                await self._commit(self.book.merge(
+                    self.book.release(i, time.time(), count_preemption=False) for i in gone
+                ))  # fmt: skip
+        leases = [lease for lease, _ in revokes if lease.lease_id in self.book.leases]
+        late = await executor.wait_released(leases, deadline, lambda i: i in self.book.leases)
+        if late:
+            log.warning("%d revokes passed their deadline without job.suspended; releasing", len(late))
+            async with self._lock:
+                await self._commit(self.book.merge(self.book.release(i, time.time()) for i in late))
+
+    async def _grant(self, executor: LeaseExecutor, valid: ValidPlan) -> None:
+        if not valid.launch:
+            return
+        now = time.time()
+        async with self._lock:
+            held: set[tuple[str, int]] = set()
+            for _, lease in self.book.held_gpus():
+                held.update((node, g) for node, gpus in lease.parts for g in gpus)
+            changes: list[Change | None] = []
+            leases: list[Lease] = []
+            for job_id, parts in valid.launch.items():
+                wanted = {(node, g) for node, gpus in parts for g in gpus}
+                if wanted & held or any(not self.inventory.is_live(node) for node, _ in parts):
+                    continue
+                lease = Lease(new_lease_id(), job_id, parts, executor.epoch, now)
+                change = self.book.grant(job_id, lease, now)
+                if change is not None:
+                    held |= wanted
+                    changes.append(change)
+                    leases.append(lease)
+            await self._commit(self.book.merge(changes))
+        results = await asyncio.gather(*(self._send_grant(executor, lease) for lease in leases),
+                                       return_exceptions=True)
+        failed: list[str] = []
+        for lease, result in zip(leases, results, strict=True):
+            if isinstance(result, DeposedError):
+                raise result
+            if isinstance(result, BaseException):
+                log.warning("%s", result)
+                failed.append(lease.lease_id)
+        if failed:
+            async with self._lock:
+                await self._commit(self.book.merge(self.book.grant_failed(i) for i in failed))
+
+    async def _send_grant(self, executor: LeaseExecutor, lease: Lease) -> None:
+        entry = self.book.entry(lease.job_id)
+        if entry is None:
+            raise GrantRefusedError(f"job {lease.job_id} is gone")
+        state = entry.state
+        await executor.grant(
+            lease, state.spec, resume_from=entry.checkpoint_path,
+            resume_iteration=state.iterations_done if entry.checkpoint_path else None,
+            attempt=state.preemptions + 1,
+        )  # fmt: skip
+
+
+def describe(config: SchedulerConfig) -> str:
+    """One line for logs: the policy and the timing settings."""
+    return json.dumps({"policy": config.policy, "round_s": config.round_s, "lease_ttl_s": config.lease_ttl_s})
