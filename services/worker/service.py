@@ -1,0 +1,673 @@
+"""The worker agent: one per node. Registers, heartbeats, runs leases, reports what happened.
+
+Commands (request-reply, acked once recorded, fenced by epoch): ``lease.grant.<node>`` starts a
+lease's processes, ``lease.revoke.<node>`` starts the two-phase stop (coordinator of a multi-node
+job), ``lease.stop.<node>`` carries ``stop_at`` from a coordinator to this node. Facts (durable,
+through :class:`~services.worker.outbox.Outbox`): ``job.started``, ``job.suspended``,
+``job.completed``, ``job.failed``. Liveness: ``node.register`` on start and after a reconnect,
+``node.heartbeat`` every ``heartbeat_s``. Metrics: ``metrics.job.<id>`` from the training
+processes' channels and ``metrics.node.<id>``, every ``metrics_s``. See docs/worker.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import nats.errors
+
+from roundhouse import __version__
+from roundhouse.train._checkpoint import CHECKPOINT_NAME
+from schemas.base import Event
+from schemas.control import LeaseStopAt
+from schemas.jobs import (
+    CompletionReason,
+    FailureReason,
+    JobCompleted,
+    JobFailed,
+    JobStarted,
+    JobSuspended,
+    SuspendReason,
+)
+from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke
+from schemas.metrics import JobMetrics, NodeMetrics
+from schemas.nodes import LeaseState, NodeHeartbeat, NodeRegister
+from schemas.subjects import (
+    JOB_FAILED,
+    JOB_STARTED,
+    NODE_HEARTBEAT,
+    NODE_REGISTER,
+    job_metrics,
+    lease_grant,
+    lease_revoke,
+    lease_stop,
+    node_metrics,
+)
+from services.runtime.bus import Bus, BusError, RemoteError
+from services.runtime.config import ServiceConfig
+from services.runtime.service import RoundhouseService
+from services.worker import two_phase
+from services.worker.channel import ClientStatus
+from services.worker.config import WorkerConfig
+from services.worker.emulator import Emulator
+from services.worker.inventory import Inventory, discover, host_resources
+from services.worker.launcher import LaunchError, LeasePaths, launch, stderr_tail
+from services.worker.leases import Lease, LeaseTable
+from services.worker.outbox import Outbox
+
+__all__ = ["WorkerService"]
+
+log = logging.getLogger("roundhouse.worker")
+
+_PEER_MEMORY = 4096
+_EXIT_MARGIN_S = 5.0
+"""After a reported stop, processes get the rest of the grace period plus this to exit on their own."""
+
+
+class WorkerService(RoundhouseService):
+    """The node agent (see the module doc and docs/worker.md)."""
+
+    kind = "worker"
+    description = "Roundhouse worker agent: launches jobs under leases, two-phase preemption"
+    config_model = WorkerConfig
+
+    def __init__(self, config: ServiceConfig, *, inventory: Inventory | None = None) -> None:
+        cfg = config if isinstance(config, WorkerConfig) else WorkerConfig.model_validate(config.model_dump())
+        super().__init__(cfg)
+        self.cfg = cfg
+        self.node_id = cfg.node_id
+        self.incarnation = uuid.uuid4()
+        self.work_dir = Path(cfg.work_dir).resolve()
+        root = cfg.checkpoint_root
+        self.checkpoint_root = Path(root).resolve() if root else self.work_dir / "checkpoints"
+        self.inventory = inventory if inventory is not None else discover(cfg.fake_gpus, cfg.node_id)
+        self.table = LeaseTable(self.inventory.indices, epoch_seen=self._load_epoch())
+        self.outbox = Outbox()
+        self.emulator = Emulator(cfg) if cfg.emulate else None
+        self.peers: OrderedDict[str, set[str]] = OrderedDict()
+        """lease id -> other nodes that reported ``job.started`` for it (the coordinator's fan-out list)."""
+        self.last_contact = time.monotonic()
+        self.cut_off = False
+        self.draining = False
+        self._bus: Bus | None = None
+        self._seq = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loops: list[asyncio.Task[None]] = []
+        self._subs: list[Any] = []
+        self._metrics_seen: dict[str, tuple[int, int]] = {}
+        self.counters: dict[str, int] = dict.fromkeys(
+            ("grants", "revokes", "stop_ats", "refused", "duplicates", "stale_epoch", "started", "suspended",
+             "completed", "failed", "cut_offs"), 0,
+        )  # fmt: skip
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError("the worker is not started")
+        return self._bus
+
+    async def start(self, bus: Bus) -> None:
+        self._bus = bus
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.outbox.start(bus)
+        self._subs = [
+            await bus.serve(lease_grant(self.node_id), LeaseGrant, self._on_grant),
+            await bus.serve(lease_revoke(self.node_id), LeaseRevoke, self._on_revoke),
+            await bus.serve(lease_stop(self.node_id), LeaseStopAt, self._on_stop_at),
+            await bus.subscribe(JOB_STARTED, JobStarted, self._on_job_started),
+            await bus.subscribe(JOB_FAILED, JobFailed, self._on_job_failed),
+        ]
+        bus.on_reconnect(self._on_reconnected)
+        await bus.nc.flush()
+        await bus.publish(NODE_REGISTER, self._register())
+        await self._heartbeat()
+        self._loops = [
+            asyncio.create_task(self._liveness_loop(), name="worker-liveness"),
+            asyncio.create_task(self._metrics_loop(), name="worker-metrics"),
+        ]
+        log.info("worker %s up with %d GPU(s)%s", self.node_id, len(self.inventory.gpus),
+                 " (fake)" if self.inventory.fake else "")
+
+    async def stop(self) -> None:
+        """Drain: suspend every job (checkpointing), report, then close."""
+        if self.draining:
+            return
+        self.draining = True
+        budget = self.cfg.drain_timeout_s
+        for lease in self.table:
+            if not lease.stopping:
+                grace = min(lease.grant.spec.grace_period_s, budget * 0.5)
+                self._begin_stop(lease, SuspendReason.NODE_SHUTDOWN, grace, propagate=True)
+        waits = [lease.ended.wait() for lease in self.table]
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waits), budget * 0.7)
+        await self.outbox.flush(budget * 0.2)
+        for task in self._loops:
+            task.cancel()
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._loops, *self._tasks, return_exceptions=True)
+        await self.outbox.stop()
+        for lease in self.table:
+            for rank in lease.ranks:
+                rank.signal(signal.SIGKILL)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            **self.counters,
+            "leases": len(self.table),
+            "epoch_seen": self.table.fence.seen,
+            "outbox_pending": self.outbox.pending,
+            "cut_off": self.cut_off,
+        }
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("worker task %s failed", task.get_name(), exc_info=task.exception())
+
+    # --- epoch persistence ------------------------------------------------------------------------
+    @property
+    def _epoch_file(self) -> Path:
+        return Path(self.cfg.work_dir).resolve() / "epoch"
+
+    def _load_epoch(self) -> int:
+        try:
+            return int(self._epoch_file.read_text().strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def _admit_epoch(self, epoch: int) -> bool:
+        before = self.table.fence.seen
+        if not self.table.fence.admit(epoch):
+            self.counters["stale_epoch"] += 1
+            return False
+        if epoch > before:
+            # A restarted agent must still refuse a deposed leader: remember the highest epoch on disk.
+            with contextlib.suppress(OSError):
+                self._epoch_file.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self._epoch_file.with_suffix(".tmp")
+                tmp.write_text(str(epoch))
+                os.replace(tmp, self._epoch_file)
+        return True
+
+    # --- acks ---------------------------------------------------------------------------------------
+    def _ack(self, lease_id: str, *, duplicate: bool = False, message: str = "") -> LeaseAck:
+        if duplicate:
+            self.counters["duplicates"] += 1
+        return LeaseAck(lease_id=lease_id, node_id=self.node_id, accepted=True, duplicate=duplicate,
+                        epoch_seen=self.table.fence.seen, message=message, leases_held=len(self.table))
+
+    def _refuse(self, lease_id: str, error: LeaseAckError, message: str) -> LeaseAck:
+        self.counters["refused"] += 1
+        log.info("refused %s for lease %s: %s", error.value, lease_id, message)
+        return LeaseAck(lease_id=lease_id, node_id=self.node_id, accepted=False, error=error,
+                        epoch_seen=self.table.fence.seen, message=message, leases_held=len(self.table))
+
+    def _fence(self, lease_id: str, node_id: str, epoch: int) -> LeaseAck | None:
+        """The refusal for a command to another node or from an older epoch; None when it may proceed."""
+        if node_id != self.node_id:
+            return self._refuse(lease_id, LeaseAckError.WRONG_NODE, f"this is node {self.node_id}, not {node_id}")
+        if not self._admit_epoch(epoch):
+            return self._refuse(lease_id, LeaseAckError.STALE_EPOCH,
+                                f"epoch {epoch} is older than {self.table.fence.seen}, already accepted")
+        return None
+
+    # --- grants ---------------------------------------------------------------------------------------
+    async def _on_grant(self, grant: LeaseGrant) -> LeaseAck:
+        self.counters["grants"] += 1
+        refusal = self._fence(grant.lease_id, grant.node_id, grant.epoch)
+        if refusal is not None:
+            return refusal
+        if self.table.get(grant.lease_id) is not None or self.table.ended_recently(grant.lease_id):
+            return self._ack(grant.lease_id, duplicate=True)
+        if self.draining:
+            return self._refuse(grant.lease_id, LeaseAckError.DRAINING, "the node is draining")
+        error, waits = self.table.check_grant(grant)
+        if error is LeaseAckError.NO_SUCH_GPU:
+            return self._refuse(grant.lease_id, error, f"GPUs {grant.gpus} not all in {sorted(self.table.gpus)}")
+        if error is not None:
+            return self._refuse(grant.lease_id, error, f"a running lease holds one of GPUs {grant.gpus}")
+        lease = self.table.add(grant)
+        self._spawn(self._run_lease(lease, waits), f"lease-{grant.lease_id}")
+        return self._ack(grant.lease_id, message="waiting for a stopping lease" if waits else "")
+
+    async def _run_lease(self, lease: Lease, waits: list[Lease]) -> None:
+        grant = lease.grant
+        for old in waits:
+            remaining = (old.deadline or time.monotonic()) - time.monotonic() + self.cfg.kill_after_s + _EXIT_MARGIN_S
+            try:
+                await asyncio.wait_for(old.ended.wait(), max(remaining, _EXIT_MARGIN_S))
+            except TimeoutError:
+                log.warning("lease %s still waits for lease %s's processes; killing them", lease.lease_id, old.lease_id)
+                await self._kill(old)
+                await old.ended.wait()
+        if lease.stopping:
+            # Revoked before it ran: nothing to stop, the resume point is unchanged.
+            self._report_suspended(lease, iteration=grant.resume_iteration or 0)
+            self.table.remove(lease)
+            return
+        if self.emulator is not None:
+            await self._run_emulated(lease)
+            return
+        paths = LeasePaths(lease_dir=self.work_dir / "leases" / grant.lease_id,
+                           checkpoint_dir=self.checkpoint_root / grant.job_id)
+        try:
+            lease.ranks = await launch(grant, paths, nats=self.cfg.nats, namespace=self.cfg.namespace)
+        except LaunchError as exc:
+            self._emit(JobFailed(job_id=grant.job_id, reason=FailureReason.LAUNCH_ERROR, lease_id=grant.lease_id,
+                                 node_id=self.node_id, epoch=grant.epoch, iteration=grant.resume_iteration,
+                                 checkpoint_path=grant.resume_from, message=str(exc), attempts=grant.attempt))
+            self.counters["failed"] += 1
+            self.table.remove(lease)
+            return
+        lease.checkpoint_dir = paths.checkpoint_dir
+        if not lease.stopping:
+            lease.state = LeaseState.RUNNING
+        self.counters["started"] += 1
+        self._emit(JobStarted(job_id=grant.job_id, lease_id=grant.lease_id, node_id=self.node_id,
+                              epoch=grant.epoch, gpus=list(grant.gpus), iteration=grant.resume_iteration or 0,
+                              resumed_from=grant.resume_from, startup_s=time.monotonic() - lease.received_at))
+        if lease.stop_at is not None:  # a coordinator's stop_at arrived while we were launching
+            two_phase.release_at(lease, lease.stop_at)
+            self._spawn(self._finish_local_stop(lease), f"stop-{lease.lease_id}")
+        elif lease.state is LeaseState.STOPPING:  # revoked while launching
+            self._spawn(self._stop(lease), f"stop-{lease.lease_id}")
+        await self._monitor(lease)
+
+    # --- revokes and the two-phase stop ----------------------------------------------------------
+    async def _on_revoke(self, revoke: LeaseRevoke) -> LeaseAck:
+        self.counters["revokes"] += 1
+        refusal = self._fence(revoke.lease_id, revoke.node_id, revoke.epoch)
+        if refusal is not None:
+            return refusal
+        lease = self.table.get(revoke.lease_id)
+        if lease is None:
+            if self.table.ended_recently(revoke.lease_id):
+                return self._ack(revoke.lease_id, duplicate=True, message="the lease has already ended")
+            return self._refuse(revoke.lease_id, LeaseAckError.UNKNOWN_LEASE, "no such lease on this node")
+        if lease.stopping:
+            return self._ack(revoke.lease_id, duplicate=True)
+        lease.revoke_epoch = revoke.epoch
+        self._begin_stop(lease, SuspendReason.PREEMPTED, revoke.grace_s, propagate=True)
+        return self._ack(revoke.lease_id)
+
+    def _begin_stop(self, lease: Lease, reason: SuspendReason, grace_s: float, *, propagate: bool) -> None:
+        lease.state = LeaseState.STOPPING
+        lease.stop_reason = reason
+        lease.stop_requested_at = time.monotonic()
+        lease.deadline = lease.stop_requested_at + grace_s
+        lease.propagate = propagate and lease.multi_node and lease.is_coordinator
+        if lease.ranks or lease.emulated is not None:
+            self._spawn(self._stop(lease), f"stop-{lease.lease_id}")
+        # else: _run_lease sees the state once the processes exist (or skips launching them)
+
+    async def _stop(self, lease: Lease) -> None:
+        assert lease.deadline is not None
+        if lease.emulated is not None and self.emulator is not None:
+            await self.emulator.stop(lease.emulated)
+            return
+        propagate = self._propagator(lease) if lease.propagate else None
+        stop_at = await two_phase.coordinate_stop(lease, lease.deadline, propagate)
+        if stop_at is None and not any(r.returncode is not None for r in lease.ranks):
+            await self._kill(lease)  # the leader never reached a boundary within the grace period
+            return
+        await self._finish_local_stop(lease)
+
+    async def _finish_local_stop(self, lease: Lease) -> None:
+        """Wait for the local ranks to stop at ``stop_at``; report early; kill whatever outstays the grace."""
+        assert lease.deadline is not None
+        if not await two_phase.wait_stopped(lease, lease.deadline):
+            await self._kill(lease)
+            return
+        leader = lease.ranks[0]
+        if (lease.is_coordinator and leader.returncode is None
+                and leader.channel.status is ClientStatus.STOPPED):  # fmt: skip
+            # Rank 0's checkpoint is complete: report now rather than after interpreter shutdown.
+            # The GPUs stay in the table (state stopping) until the processes exit; a grant for
+            # them waits for that.
+            self._report_suspended(lease)
+        exit_by = max(lease.deadline, time.monotonic()) + _EXIT_MARGIN_S
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(lease.exited.wait(), exit_by - time.monotonic())
+        if not lease.exited.is_set():
+            await self._kill(lease)
+
+    def _propagator(self, lease: Lease) -> two_phase.Propagate:
+        async def propagate(stop_at: int) -> None:
+            await self._propagate(lease, stop_at)
+
+        return propagate
+
+    async def _propagate(self, lease: Lease, stop_at: int) -> None:
+        """Phase two across nodes: every other node of the lease acks ``stop_at`` (retried until the deadline)."""
+        world = lease.grant.world
+        assert world is not None
+        assert lease.deadline is not None
+        deadline = lease.deadline
+        expected = world.num_nodes - 1
+        known = await two_phase.poll_until(lambda: len(self.peers.get(lease.lease_id, ())) >= expected, deadline)
+        if not known:
+            log.warning("lease %s: only %d of %d other nodes known; stop_at goes to those", lease.lease_id,
+                        len(self.peers.get(lease.lease_id, ())), expected)
+        epoch = lease.revoke_epoch if lease.revoke_epoch is not None else lease.grant.epoch
+        await asyncio.gather(*(
+            self._send_stop_at(lease, peer, stop_at, epoch, deadline)
+            for peer in sorted(self.peers.get(lease.lease_id, ()))
+        ))  # fmt: skip
+
+    async def _send_stop_at(self, lease: Lease, peer: str, stop_at: int, epoch: int, deadline: float) -> None:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.warning("lease %s: node %s did not ack stop_at %d in time", lease.lease_id, peer, stop_at)
+                return
+            command = LeaseStopAt(epoch=epoch, lease_id=lease.lease_id, job_id=lease.job_id, node_id=peer,
+                                  stop_at=stop_at, grace_s=remaining)
+            try:
+                ack = await self.bus.request(lease_stop(peer), command, LeaseAck, timeout_s=min(0.5, remaining))
+            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, RemoteError, BusError,
+                    nats.errors.Error) as exc:
+                log.info("lease %s: stop_at to %s not acked yet (%r)", lease.lease_id, peer, exc)
+                await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                continue
+            if not ack.accepted:
+                log.warning("lease %s: node %s refused stop_at: %s %s", lease.lease_id, peer, ack.error, ack.message)
+            return
+
+    async def _on_stop_at(self, command: LeaseStopAt) -> LeaseAck:
+        self.counters["stop_ats"] += 1
+        refusal = self._fence(command.lease_id, command.node_id, command.epoch)
+        if refusal is not None:
+            return refusal
+        lease = self.table.get(command.lease_id)
+        if lease is None:
+            if self.table.ended_recently(command.lease_id):
+                return self._ack(command.lease_id, duplicate=True, message="the lease has already ended")
+            return self._refuse(command.lease_id, LeaseAckError.UNKNOWN_LEASE, "no such lease on this node")
+        if lease.stop_at is not None:
+            return self._ack(command.lease_id, duplicate=True)
+        lease.state = LeaseState.STOPPING
+        lease.stop_reason = SuspendReason.PREEMPTED
+        lease.stop_requested_at = time.monotonic()
+        lease.deadline = lease.stop_requested_at + command.grace_s
+        lease.stop_at = command.stop_at
+        if lease.ranks:
+            two_phase.release_at(lease, command.stop_at)
+            self._spawn(self._finish_local_stop(lease), f"stop-{lease.lease_id}")
+        return self._ack(command.lease_id)
+
+    async def _kill(self, lease: Lease) -> None:
+        """Past the grace period: SIGTERM the processes, SIGKILL what is left ``kill_after_s`` later."""
+        if lease.exited.is_set():
+            return
+        lease.killed = True
+        log.warning("lease %s: stopping its processes (SIGTERM, then SIGKILL)", lease.lease_id)
+        for rank in lease.ranks:
+            rank.signal(signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(lease.exited.wait(), self.cfg.kill_after_s)
+        for rank in lease.ranks:
+            rank.signal(signal.SIGKILL)
+
+    # --- process exits and the facts they make --------------------------------------------------------
+    async def _monitor(self, lease: Lease) -> None:
+        waits = {asyncio.create_task(rank.process.wait()): rank for rank in lease.ranks}
+        pending = set(waits)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    code = task.result()
+                    if code != 0 and not lease.killed and lease.failure is None:
+                        lease.failure = (waits[task], code)
+                        if pending:
+                            self._spawn(self._kill(lease), f"kill-{lease.lease_id}")
+        finally:
+            for task in pending:
+                task.cancel()
+            lease.exited.set()
+            self._finalize(lease)
+
+    def _finalize(self, lease: Lease) -> None:
+        grant = lease.grant
+        try:
+            if lease.failure is not None and not lease.silent:
+                rank, code = lease.failure
+                by_signal = code < 0
+                ckpt_path, _ = self._last_checkpoint(lease)
+                self._emit(JobFailed(
+                    job_id=grant.job_id, lease_id=grant.lease_id, node_id=self.node_id, epoch=grant.epoch,
+                    reason=FailureReason.SIGNAL if by_signal else FailureReason.EXIT_CODE,
+                    exit_code=None if by_signal else code & 0xFF or 1, signal=-code if by_signal else None,
+                    iteration=lease.iteration(), checkpoint_path=ckpt_path, attempts=grant.attempt,
+                    message=f"rank {rank.plan.rank} exited with {code}: {stderr_tail(rank.log_path)}"[-4000:],
+                ))  # fmt: skip
+                self.counters["failed"] += 1
+            elif lease.silent or lease.reported or not lease.is_coordinator:
+                pass
+            elif lease.killed:
+                self._report_suspended(lease, grace_expired=True)
+            elif lease.stopping and lease.ranks[0].channel.status is not ClientStatus.FINISHED:
+                self._report_suspended(lease)
+            else:
+                ckpt_path, _ = self._last_checkpoint(lease)
+                finished = lease.ranks[0].channel.status is ClientStatus.FINISHED
+                self._emit(JobCompleted(
+                    job_id=grant.job_id, lease_id=grant.lease_id, node_id=self.node_id, epoch=grant.epoch,
+                    reason=CompletionReason.ITERATIONS if finished else CompletionReason.EXITED,
+                    iteration=lease.iteration() or 0, exit_code=0, checkpoint_path=ckpt_path,
+                    loss=lease.ranks[0].channel.loss, runtime_s=time.monotonic() - lease.received_at,
+                ))  # fmt: skip
+                self.counters["completed"] += 1
+        finally:
+            self._publish_metrics(lease)
+            for rank in lease.ranks:
+                rank.channel.close()
+            self.table.remove(lease)
+
+    def _last_checkpoint(self, lease: Lease) -> tuple[str | None, int | None]:
+        """The newest complete checkpoint: this lease's (rank 0 wrote one) or the one it resumed from."""
+        grant = lease.grant
+        ckpt = lease.ranks[0].channel.checkpoint_iteration if lease.ranks and lease.is_coordinator else None
+        wrote = ckpt is not None and (grant.resume_iteration is None or ckpt > grant.resume_iteration)
+        if wrote and lease.checkpoint_dir is not None:
+            return str(lease.checkpoint_dir / CHECKPOINT_NAME), ckpt
+        if grant.resume_from is not None:
+            return grant.resume_from, grant.resume_iteration
+        return None, None
+
+    def _report_suspended(self, lease: Lease, *, iteration: int | None = None, grace_expired: bool = False,
+                          checkpoint: tuple[str | None, int | None] | None = None) -> None:
+        if lease.reported or lease.silent:
+            return
+        lease.reported = True
+        grant = lease.grant
+        ckpt_path, ckpt_iter = checkpoint if checkpoint is not None else self._last_checkpoint(lease)
+        if iteration is None:
+            iteration = lease.stop_at if lease.stop_at is not None and not grace_expired else lease.iteration()
+        iteration = max(iteration or 0, ckpt_iter or 0)
+        stop_s = time.monotonic() - lease.stop_requested_at if lease.stop_requested_at is not None else None
+        self._emit(JobSuspended(
+            job_id=grant.job_id, lease_id=grant.lease_id, node_id=self.node_id, epoch=grant.epoch,
+            reason=lease.stop_reason or SuspendReason.PREEMPTED, iteration=iteration,
+            checkpoint_path=ckpt_path, checkpoint_iteration=ckpt_iter if ckpt_path is not None else None,
+            grace_expired=grace_expired, stop_s=stop_s,
+        ))  # fmt: skip
+        self.counters["suspended"] += 1
+
+    def _emit(self, event: Event) -> None:
+        log.info("%s %s", type(event).__name__, getattr(event, "job_id", ""))
+        self.outbox.put(event)
+
+    # --- emulation -------------------------------------------------------------------------------------
+    async def _run_emulated(self, lease: Lease) -> None:
+        assert self.emulator is not None
+        grant = lease.grant
+        run = self.emulator.begin(grant)
+        lease.emulated = run
+        if not lease.stopping:
+            lease.state = LeaseState.RUNNING
+        self.counters["started"] += 1
+        self._emit(JobStarted(job_id=grant.job_id, lease_id=grant.lease_id, node_id=self.node_id,
+                              epoch=grant.epoch, gpus=list(grant.gpus), iteration=run.start_iteration,
+                              resumed_from=grant.resume_from, startup_s=0.0))
+        if lease.stopping:
+            self._spawn(self._stop(lease), f"stop-{lease.lease_id}")
+        outcome = await self.emulator.wait(run)
+        lease.exited.set()
+        try:
+            if not lease.is_coordinator or lease.silent:
+                return
+            if outcome.completed:
+                self._emit(JobCompleted(
+                    job_id=grant.job_id, lease_id=grant.lease_id, node_id=self.node_id, epoch=grant.epoch,
+                    reason=CompletionReason.ITERATIONS, iteration=outcome.iteration,
+                    runtime_s=time.monotonic() - lease.received_at,
+                ))  # fmt: skip
+                self.counters["completed"] += 1
+            else:
+                lease.stop_at = outcome.iteration
+                self._report_suspended(lease, iteration=outcome.iteration,
+                                       checkpoint=(outcome.checkpoint_path, outcome.iteration))
+        finally:
+            self.table.remove(lease)
+
+    # --- peers ---------------------------------------------------------------------------------------
+    async def _on_job_started(self, event: JobStarted) -> None:
+        if event.node_id == self.node_id:
+            return
+        nodes = self.peers.get(event.lease_id)
+        if nodes is None:
+            nodes = self.peers[event.lease_id] = set()
+            while len(self.peers) > _PEER_MEMORY:
+                self.peers.popitem(last=False)
+        nodes.add(event.node_id)
+
+    async def _on_job_failed(self, event: JobFailed) -> None:
+        """Another node's part of a lease we share failed: our ranks would hang in a collective, stop them."""
+        if event.node_id == self.node_id or event.lease_id is None:
+            return
+        lease = self.table.get(event.lease_id)
+        if lease is None or lease.exited.is_set():
+            return
+        lease.silent = True
+        log.warning("lease %s failed on node %s; stopping the local ranks", lease.lease_id, event.node_id)
+        if lease.emulated is not None and self.emulator is not None:
+            self.emulator.cancel(lease.emulated)
+        else:
+            self._spawn(self._kill(lease), f"kill-{lease.lease_id}")
+
+    # --- liveness ------------------------------------------------------------------------------------
+    def _register(self) -> NodeRegister:
+        cpus, memory_gb = host_resources()
+        return NodeRegister(
+            node_id=self.node_id, incarnation=self.incarnation, hostname=self.cfg.host,
+            cpus=self.cfg.cpus or cpus, memory_gb=self.cfg.memory_gb or memory_gb,
+            gpus=list(self.inventory.gpus), driver_version=self.inventory.driver_version,
+            cuda_version=self.inventory.cuda_version, agent_version=__version__[:128],
+            lease_ttl_s=self.cfg.lease_ttl_s,
+            labels={"fake-gpus": "true"} if self.inventory.fake and self.inventory.gpus else {},
+        )  # fmt: skip
+
+    async def _heartbeat(self) -> None:
+        self._seq += 1
+        beat = NodeHeartbeat(node_id=self.node_id, incarnation=self.incarnation, seq=self._seq,
+                             epoch_seen=self.table.fence.seen, leases=self.table.held(), draining=self.draining)
+        await self.bus.publish(NODE_HEARTBEAT, beat)
+
+    async def _liveness_loop(self) -> None:
+        """Heartbeat, and check the bus: cut off longer than ``lease_ttl_s``, suspend every job."""
+        nc = self.bus.nc
+        period = min(self.cfg.heartbeat_s, self.cfg.lease_ttl_s / 4)
+        next_beat = 0.0
+        while True:
+            now = time.monotonic()
+            if nc.is_connected:
+                try:
+                    await nc.flush(timeout=max(1, round(period)))  # a PING/PONG round trip with the server
+                    self.last_contact = time.monotonic()
+                except (nats.errors.Error, TimeoutError):
+                    pass
+            if self.last_contact > now - period and self.cut_off:
+                self.cut_off = False
+                log.info("back in contact with the bus")
+            if not self.cut_off and time.monotonic() - self.last_contact > self.cfg.lease_ttl_s:
+                self._on_cut_off()
+            if nc.is_connected and now >= next_beat:
+                next_beat = now + self.cfg.heartbeat_s
+                with contextlib.suppress(nats.errors.Error, BusError, TimeoutError):
+                    await self._heartbeat()
+            await asyncio.sleep(period)
+
+    def _on_cut_off(self) -> None:
+        self.cut_off = True
+        self.counters["cut_offs"] += 1
+        log.warning("no contact with the bus for over %.1f s: suspending %d job(s)", self.cfg.lease_ttl_s,
+                    len(self.table))
+        for lease in self.table:
+            if not lease.stopping:
+                self._begin_stop(lease, SuspendReason.LEASE_EXPIRED, lease.grant.spec.grace_period_s, propagate=False)
+
+    async def _on_reconnected(self) -> None:
+        self.last_contact = time.monotonic()
+        await self.bus.publish(NODE_REGISTER, self._register())
+        await self._heartbeat()
+
+    # --- metrics ---------------------------------------------------------------------------------------
+    async def _metrics_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.metrics_s)
+            if not self.bus.nc.is_connected:
+                continue
+            for lease in self.table:
+                self._publish_metrics(lease)
+            busy = {gpu for lease in self.table for gpu in lease.grant.gpus}
+            with contextlib.suppress(nats.errors.Error, BusError, ValueError):
+                sample = NodeMetrics(node_id=self.node_id, gpus=self.inventory.sample(busy),
+                                     interval_s=self.cfg.metrics_s)
+                await self.bus.publish(node_metrics(self.node_id), sample)
+
+    def _publish_metrics(self, lease: Lease) -> None:
+        """Publish rank 0's latest numbers (coordinator only) when they changed since the last time."""
+        if not lease.is_coordinator or not lease.ranks or self._bus is None or not self._bus.nc.is_connected:
+            return
+        channel = lease.ranks[0].channel
+        if channel.closed:
+            return
+        key = (channel.seq, channel.iteration)
+        if self._metrics_seen.get(lease.lease_id) == key:
+            return
+        self._metrics_seen[lease.lease_id] = key
+        iteration_time = channel.iteration_time_s
+        samples = channel.samples_per_iteration
+        event = JobMetrics(
+            job_id=lease.job_id, lease_id=lease.lease_id, rank=0, iteration=channel.iteration,
+            loss=channel.loss if channel.loss is not None and abs(channel.loss) <= 1e30 else None,
+            iteration_time_s=iteration_time if iteration_time is not None and iteration_time <= 1e6 else None,
+            throughput=samples / iteration_time if samples and iteration_time else None,
+            batch_size=samples,
+        )  # fmt: skip
+        self._spawn(self._publish_quietly(job_metrics(lease.job_id), event), f"metrics-{lease.lease_id}")
+
+    async def _publish_quietly(self, subject: str, event: Event) -> None:
+        with contextlib.suppress(nats.errors.Error, BusError):
+            await self.bus.publish(subject, event)
