@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nats.aio.subscription import Subscription
 
 from schemas.jobs import JobCompleted, JobStarted, JobSuspended, SuspendReason
-from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke
+from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason
 from schemas.nodes import GpuInventory, HeldLease, NodeHeartbeat, NodeRegister
 from schemas.rounds import NodeGpus, PlacementPlan, ScheduleRound
 from schemas.subjects import (
@@ -65,6 +65,9 @@ class FakeWorkers:
         self.report_started = report_started
         self.log: list[tuple[str, str, str, int]] = []
         """(command, lease_id, node_id, epoch) of every accepted command, in order."""
+        self.timeline: list[tuple[float, str, str]] = []
+        """(monotonic time, what, job id): accepted grants and revokes, and suspensions reported."""
+        self.revoke_reasons: dict[str, RevokeReason] = {}
         self.refused: list[tuple[str, str, LeaseAckError]] = []
         self.running: dict[str, set[str]] = {}
         """job id -> lease ids running it now (more than one would be a job run twice)."""
@@ -155,6 +158,7 @@ class FakeWorkers:
             return self._ack(node, grant.lease_id, LeaseAckError.GPU_BUSY)
         node.leases[grant.lease_id] = FakeLease(grant)
         self.log.append(("grant", grant.lease_id, grant.node_id, grant.epoch))
+        self.timeline.append((time.monotonic(), "grant", grant.job_id))
         runs = self.running.setdefault(grant.job_id, set())
         runs.add(grant.lease_id)
         self.max_concurrent_runs = max(self.max_concurrent_runs, len(runs))
@@ -180,6 +184,8 @@ class FakeWorkers:
             return self._ack(node, revoke.lease_id, duplicate=True)
         held.stopping = True
         self.log.append(("revoke", revoke.lease_id, revoke.node_id, revoke.epoch))
+        self.timeline.append((time.monotonic(), "revoke", revoke.job_id))
+        self.revoke_reasons[revoke.lease_id] = revoke.reason
         self._spawn(self._suspend_later(node, held))
         return self._ack(node, revoke.lease_id)
 
@@ -188,20 +194,26 @@ class FakeWorkers:
             await asyncio.sleep(self.stop_delay_s)
         await self.finish(node.node_id, held.grant.lease_id, completed=False)
 
-    async def finish(self, node_id: str, lease_id: str, *, completed: bool, iteration: int = 10) -> None:
-        """End a lease's job: ``job.completed``, or ``job.suspended`` with a checkpoint."""
+    async def finish(self, node_id: str, lease_id: str, *, completed: bool, iteration: int = 10,
+                     reason: SuspendReason = SuspendReason.PREEMPTED) -> JobCompleted | JobSuspended:
+        """End a lease's job: ``job.completed``, or ``job.suspended`` with a checkpoint; returns the fact."""
         node = self.nodes[node_id]
         held = node.leases.pop(lease_id)
         grant = held.grant
         self.running.get(grant.job_id, set()).discard(lease_id)
         common = {"job_id": grant.job_id, "lease_id": lease_id, "node_id": node_id, "epoch": grant.epoch}
+        fact: JobCompleted | JobSuspended
         if completed:
-            await self.bus.publish(JOB_COMPLETED, JobCompleted(**common, iteration=iteration))
+            fact = JobCompleted(**common, iteration=iteration)
+            await self.bus.publish(JOB_COMPLETED, fact)
         else:
-            await self.bus.publish(JOB_SUSPENDED, JobSuspended(
-                **common, reason=SuspendReason.PREEMPTED, iteration=iteration,
+            self.timeline.append((time.monotonic(), "suspended", grant.job_id))
+            fact = JobSuspended(
+                **common, reason=reason, iteration=iteration,
                 checkpoint_path=f"/ckpt/{grant.job_id}/{iteration}", checkpoint_iteration=iteration,
-            ))  # fmt: skip
+            )  # fmt: skip
+            await self.bus.publish(JOB_SUSPENDED, fact)
+        return fact
 
     def lease_of(self, job_id: str) -> tuple[str, str] | None:
         """(node_id, lease_id) of the coordinator part running ``job_id`` now, if any."""
@@ -210,9 +222,6 @@ class FakeWorkers:
                 if held.grant.job_id == job_id and held.grant.is_coordinator:
                     return node.node_id, lease_id
         return None
-
-
-SnapshotSource = Callable[[int], "object | None"]
 
 
 class InlinePlacement:
@@ -227,7 +236,8 @@ class InlinePlacement:
         self._sub: Subscription | None = None
 
     async def start(self) -> None:
-        self._sub = await self.bus.subscribe(SCHEDULE_ROUND, ScheduleRound, self._on_round, queue="placement")
+        # No queue group: each replica's responder answers only its own scheduler's rounds.
+        self._sub = await self.bus.subscribe(SCHEDULE_ROUND, ScheduleRound, self._on_round)
 
     async def stop(self) -> None:
         if self._sub is not None:
@@ -235,8 +245,6 @@ class InlinePlacement:
                 await self._sub.unsubscribe()
 
     async def _on_round(self, message: ScheduleRound) -> None:
-        import time
-
         snap = getattr(self.scheduler, "snapshot", None)
         if snap is None or snap.round != message.round or snap.epoch != message.epoch:
             return

@@ -187,3 +187,236 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
 def test_unknown_policy_lists_the_valid_ones(tmp_path: Path) -> None:
     with pytest.raises(UnknownPolicyError, match="valid: .*las"):
         SchedulerService(SchedulerConfig(policy="no-such-policy", db=str(tmp_path)))
+
+
+async def test_las_preempts_the_most_served_job_and_revokes_before_granting(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 2}, stop_delay_s=0.3)
+        s = await c.start_scheduler(policy="las", round_s=0.2)
+        await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader")
+        await c.submit("old", spec("old"))
+        await wait_for(lambda: "old" in running_jobs(s), what="old running")
+        await asyncio.sleep(0.6)
+        await c.submit("mid", spec("mid"))
+        await wait_for(lambda: "mid" in running_jobs(s), what="mid running")
+        await asyncio.sleep(0.2)
+        await c.submit("new", spec("new"))
+        await wait_for(lambda: "new" in running_jobs(s), what="new running")
+
+        # LAS: "new" (no service) outranks both; "old" has the most attained service, so it goes.
+        events = [(what, job) for _, what, job in workers.timeline]
+        assert ("revoke", "old") in events
+        assert ("revoke", "mid") not in events[: events.index(("grant", "new"))]
+        times: dict[tuple[str, str], float] = {}
+        for t, what, job in workers.timeline:
+            times.setdefault((what, job), t)  # first occurrences
+        assert times[("revoke", "old")] < times[("suspended", "old")] < times[("grant", "new")]
+        revoked = next(lid for cmd, lid, *_ in workers.log if cmd == "revoke")
+        assert workers.revoke_reasons[revoked] == "preempt"
+        old = s.book.entry("old")
+        assert old is not None
+        assert old.state.preemptions == 1
+        assert old.checkpoint_path == "/ckpt/old/10"
+        assert old.state.attained_service >= 0.6  # 1 GPU x its running time, folded on suspension
+
+        # Time-slicing goes on: "old" comes back from its checkpoint once the others caught up.
+        await wait_for(lambda: "old" in running_jobs(s), timeout_s=10, what="old resumed")
+        resumed = [fl.grant for n in workers.nodes.values() for fl in n.leases.values() if fl.grant.job_id == "old"]
+        assert [(g.resume_from, g.resume_iteration, g.attempt) for g in resumed] == [("/ckpt/old/10", 10, 2)]
+        assert workers.max_concurrent_runs == 1
+
+
+async def test_cancel_revokes_a_running_job_and_ends_a_waiting_one(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 1})
+        s = await c.start_scheduler(policy="fifo")
+        await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader")
+        await c.submit("a", spec("a"))
+        await c.submit("b", spec("b"))
+        await wait_for(lambda: "a" in running_jobs(s), what="a running")
+        await c.client.publish(JOB_CANCEL, JobCancel(job_id="b", reason="not needed"))
+        await c.client.publish(JOB_CANCEL, JobCancel(job_id="a"))
+        await wait_for(lambda: not s.book.jobs, what="both jobs ended")
+        lease_id = next(lid for cmd, lid, *_ in workers.log if cmd == "grant")
+        assert workers.revoke_reasons == {lease_id: "cancel"}
+        assert s.store is not None
+        for job_id in ("a", "b"):
+            record = await s.store.get_job(job_id)
+            assert record is not None
+            assert record.status is JobStatus.CANCELLED
+            assert record.finish_time is not None
+        reply = await c.query(include_finished=True)
+        assert [(v.job_id, v.status) for v in reply.jobs] == [("a", "cancelled"), ("b", "cancelled")]
+        assert [v.job_id for v in (await c.query()).jobs] == []
+        assert [cmd for cmd, *_ in workers.log] == ["grant", "revoke"]  # "b" never ran
+
+
+async def test_redelivered_events_are_applied_once(broker: Broker, namespace: str, tmp_path: Path) -> None:
+    from schemas.codec import encode
+
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 1})
+        s = await c.start_scheduler(policy="fifo", round_s=5.0)
+        await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader")
+        # Accepted before its arrival was applied: retried until the job exists.
+        await c.client.publish(JOB_ACCEPTED, JobAccepted(job_id="j"))
+        await asyncio.sleep(0.2)
+        await c.client.publish(JOB_ARRIVED, JobArrived(job_id="j", spec=spec("j")))
+        await wait_for(lambda: (e := s.book.entry("j")) is not None and e.state.status is JobStatus.QUEUED,
+                       what="j queued")
+        s.request_round()
+        await wait_for(lambda: "j" in running_jobs(s), what="j running")
+        node, lease_id = workers.lease_of("j") or ("", "")
+        fact = await workers.finish(node, lease_id, completed=False, reason=SuspendReason.LEASE_EXPIRED)
+        assert isinstance(fact, JobSuspended)
+        await wait_for(lambda: s.book.jobs["j"].state.status is JobStatus.QUEUED, what="j suspended")
+        # The same event again, as JetStream would redeliver it (a new message id defeats dedup).
+        for copy in range(2):
+            await c.client.js.publish(c.client.wire(JOB_SUSPENDED), encode(fact),
+                                      headers={"Nats-Msg-Id": f"redelivery-{copy}"})
+        arrived_again = JobArrived(job_id="j", spec=spec("j"))
+        await c.client.publish(JOB_ARRIVED, arrived_again)
+        consumer = next(x for x in s._term.consumers if x.durable.endswith("scheduler-suspended"))  # type: ignore[union-attr]
+        await wait_for(lambda: consumer.stats.handled >= 3, what="redeliveries handled")
+        assert s.store is not None
+        record = await s.store.get_job("j")
+        assert record is not None
+        assert record.preemptions == 1
+        assert record.version == s.book.jobs["j"].version
+        assert await s.store.is_applied(fact.event_id, f"{namespace}_scheduler-suspended")
+        assert consumer.stats.failed == 0
+
+
+async def test_a_silent_node_keeps_its_gpus_until_the_lease_ttl_has_passed(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    ttl = 1.5
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 1, "n1": 1}, heartbeat_s=0.1)
+        s = await c.start_scheduler(policy="fifo", round_s=0.2, lease_ttl_s=ttl, reconcile_grace_s=0.5)
+        await wait_for(lambda: s.is_leader and len(s.inventory) == 2, what="leader")
+        await c.submit("a", spec("a"))
+        await wait_for(lambda: "a" in running_jobs(s), what="a running")
+        node, lease_id = workers.lease_of("a") or ("", "")
+        other = "n1" if node == "n0" else "n0"
+        await c.submit("b", spec("b"))
+        await wait_for(lambda: "b" in running_jobs(s), what="b running")
+        await c.submit("c", spec("c"))
+        workers.silent.add(node)
+        silent_at = time.monotonic()
+        await wait_for(lambda: s.book.jobs["a"].state.status is JobStatus.QUEUED, timeout_s=5, what="a requeued")
+        assert time.monotonic() - silent_at >= ttl - 0.15  # its last heartbeat was <= 0.1 s before
+        assert not s.inventory.is_live(node)
+        # Nobody was granted the silent node's GPU meanwhile.
+        assert [n for cmd, _, n, _ in workers.log if cmd == "grant" and n == node] == [node]
+        # The node comes back: it stopped "a" itself (lease_ttl) and reports it; its GPU is reused.
+        workers.silent.discard(node)
+        await workers.finish(node, lease_id, completed=False, reason=SuspendReason.LEASE_EXPIRED)
+        await wait_for(lambda: len([1 for cmd, _, n, _ in workers.log if cmd == "grant" and n == node]) == 2,
+                       what="the node's GPU granted again")
+        assert s.book.jobs["a"].checkpoint_path == "/ckpt/a/10"
+        assert workers.nodes[other].leases  # "b" kept running throughout
+        assert workers.max_concurrent_runs == 1
+
+
+async def test_a_follower_takes_over_with_a_higher_epoch_and_workers_refuse_the_old_one(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 2, "n1": 2})
+        first = await c.start_scheduler(policy="fifo")
+        second = await c.start_scheduler(policy="fifo")
+        await wait_for(lambda: first.is_leader or second.is_leader, what="a leader")
+        await asyncio.sleep(0.3)
+        assert [first.is_leader, second.is_leader].count(True) == 1
+        leader, follower = (first, second) if first.is_leader else (second, first)
+        old_epoch = leader.epoch
+        assert old_epoch is not None
+        await wait_for(lambda: len(leader.inventory) == 2, what="nodes known")
+        for i in range(3):
+            await c.submit(f"job-{i}", spec(f"job-{i}"))
+        await wait_for(lambda: len(running_jobs(leader)) == 3, what="3 running")
+        before = {lid for cmd, lid, *_ in workers.log if cmd == "grant"}
+
+        await c.crash(leader)
+        crashed_at = time.monotonic()
+        await wait_for(lambda: follower.is_leader, timeout_s=5, what="follower elected")
+        assert time.monotonic() - crashed_at < 3.0  # about one leader TTL (1 s)
+        new_epoch = follower.epoch
+        assert new_epoch is not None
+        assert new_epoch > old_epoch
+        # The new leader knows the running jobs from the store: nothing is granted twice.
+        assert running_jobs(follower) == {"job-0", "job-1", "job-2"}
+        assert set(follower.book.leases) == before
+
+        await c.submit("job-3", spec("job-3"))
+        await wait_for(lambda: "job-3" in running_jobs(follower), what="job-3 running under the new leader")
+        new_grants = [(lid, epoch) for cmd, lid, _, epoch in workers.log if cmd == "grant" and lid not in before]
+        assert [epoch for _, epoch in new_grants] == [new_epoch]
+        assert workers.max_concurrent_runs == 1
+
+        # A command of the deposed leader's term is refused by a worker that has seen the new one.
+        node = next(n for cmd, _, n, epoch in workers.log if cmd == "grant" and epoch == new_epoch)
+        stale = LeaseGrant(epoch=old_epoch, lease_id="Lstale", job_id="job-9", node_id=node, gpus=[0],
+                           spec=spec("job-9"))
+        ack = await c.client.request(lease_grant(node), stale, LeaseAck)
+        assert not ack.accepted
+        assert ack.error is LeaseAckError.STALE_EPOCH
+        assert ack.epoch_seen == new_epoch
+        reply = await c.query()
+        assert reply.epoch == new_epoch
+
+
+async def test_restarting_with_another_policy_keeps_running_jobs_and_loses_or_duplicates_none(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 2, "n1": 2})
+        fifo = await c.start_scheduler(policy="fifo")
+        await wait_for(lambda: fifo.is_leader and len(fifo.inventory) == 2, what="leader")
+        jobs = [f"job-{i}" for i in range(8)]
+        for job_id in jobs[:6]:
+            await c.submit(job_id, spec(job_id))
+        await wait_for(lambda: len(running_jobs(fifo)) == 4, what="4 running")
+        leases_before = dict(fifo.book.leases)
+        commands_before = len(workers.log)
+
+        await c.stop_scheduler(fifo)
+        for job_id in jobs[6:]:  # submitted while no scheduler runs: waiting on JetStream
+            await c.submit(job_id, spec(job_id))
+        las = await c.start_scheduler(policy="las", round_s=0.2)
+        await wait_for(lambda: las.is_leader, what="las leads")
+        assert las.policy.name == "las"
+        # Running jobs keep running: the same leases, and no command was sent at takeover.
+        assert set(las.book.leases) == set(leases_before)
+        assert running_jobs(las) == {leases_before[i].job_id for i in leases_before}
+        assert len(workers.log) == commands_before
+
+        # Drive every job to completion; LAS time-slices meanwhile.
+        completed: list[str] = []
+
+        async def finish_running() -> None:
+            for node in workers.nodes.values():
+                for lease_id, held in list(node.leases.items()):
+                    if not held.stopping and held.grant.is_coordinator:
+                        completed.append(held.grant.job_id)
+                        await workers.finish(node.node_id, lease_id, completed=True)
+
+        deadline = time.monotonic() + 15
+        while len(completed) < len(jobs) and time.monotonic() < deadline:
+            await wait_for(lambda: any(not h.stopping for n in workers.nodes.values() for h in n.leases.values())
+                           or len(completed) == len(jobs), what="something running")
+            await finish_running()
+            await asyncio.sleep(0.05)
+        assert sorted(completed) == jobs  # every job ran to completion exactly once
+        assert workers.max_concurrent_runs == 1
+        assert las.store is not None
+        await wait_for(lambda: not las.book.jobs, what="book empty")
+        for job_id in jobs:
+            record = await las.store.get_job(job_id)
+            assert record is not None
+            assert record.status is JobStatus.COMPLETED, job_id
