@@ -49,6 +49,9 @@ class Measurement:
     mode: str
     rows: int
     seconds: float
+    cpu_seconds: float
+    """CPU time of this process (event loop and driver threads) while measuring: steadier than wall
+    time on a shared machine. PostgreSQL's own CPU time is not included."""
     transactions: int
 
     @property
@@ -83,10 +86,10 @@ def make_jobs(specs: Sequence[JobSpec], count: int) -> list[JobRecord]:
 
 async def _timed(store: Store, backend: str, mode: str, count: int, body: Callable[[], Awaitable[None]]) -> Measurement:
     before = store.stats.transactions
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     await body()
-    elapsed = time.perf_counter() - start
-    return Measurement(backend, mode, count, elapsed, store.stats.transactions - before)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    return Measurement(backend, mode, count, elapsed, cpu, store.stats.transactions - before)
 
 
 async def measure_single(target: str, backend: str, jobs: Sequence[JobRecord], schema: str | None) -> Measurement:
@@ -218,15 +221,18 @@ async def _drop_schema(url: str, schema: str) -> None:
 
 
 def report(results: Sequence[Measurement]) -> str:
-    lines = [f"{'backend':<11}{'mode':<31}{'rows':>8}{'seconds':>9}{'txns':>7}{'rows/s':>11}{'vs single':>11}"]
+    lines = [
+        f"{'backend':<11}{'mode':<31}{'rows':>8}{'seconds':>9}{'cpu s':>7}{'txns':>7}{'rows/s':>11}"
+        f"{'vs single':>11}{'rows/cpu-s':>12}"
+    ]
     baseline: dict[str, float] = {}
     for m in results:
         if m.mode == "single-row commits":
             baseline[m.backend] = m.rows_per_s
         ratio = m.rows_per_s / baseline[m.backend] if m.backend in baseline else float("nan")
         lines.append(
-            f"{m.backend:<11}{m.mode:<31}{m.rows:>8}{m.seconds:>9.2f}{m.transactions:>7}"
-            f"{m.rows_per_s:>11,.0f}{ratio:>10.1f}x"
+            f"{m.backend:<11}{m.mode:<31}{m.rows:>8}{m.seconds:>9.2f}{m.cpu_seconds:>7.2f}{m.transactions:>7}"
+            f"{m.rows_per_s:>11,.0f}{ratio:>10.1f}x{m.rows / m.cpu_seconds if m.cpu_seconds else 0:>12,.0f}"
         )
     return "\n".join(lines)
 

@@ -104,7 +104,9 @@ def create_engine(url: URL, config: StoreConfig, *, schema: str | None) -> Async
     if url.get_backend_name() == "sqlite":
         if schema is not None:
             raise StoreConfigError("schema= applies to PostgreSQL only; SQLite has one namespace per file")
-        engine = create_async_engine(url, echo=config.echo, pool_size=config.pool_size)
+        # LIFO: the writer, which checks a connection out per batch, keeps getting the one whose
+        # page cache is warm.
+        engine = create_async_engine(url, echo=config.echo, pool_size=config.pool_size, pool_use_lifo=True)
         _install_sqlite_hooks(engine, config)
         return engine
     connect_args: dict[str, object] = {}
