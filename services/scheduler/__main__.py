@@ -20,9 +20,12 @@ def parse(argv: list[str]) -> SchedulerConfig:
     parser.add_argument("--config", type=Path, default=None, help="YAML or JSON settings file.")
     for name, info in SchedulerConfig.model_fields.items():
         if info.annotation in (str, int, float, str | None):
-            kind = info.annotation if info.annotation in (int, float) else str
-            parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
-                                help=info.description)
+            kind: type[str] | type[int] | type[float] = (
+                int if info.annotation is int else float if info.annotation is float else str
+            )
+            parser.add_argument(
+                f"--{name.replace('_', '-')}", dest=name, type=kind, default=None, help=info.description
+            )
     args = vars(parser.parse_args(argv))
     file = args.pop("config")
     return load_config(SchedulerConfig, file=file, flags=args)

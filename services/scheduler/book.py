@@ -152,14 +152,12 @@ class JobBook:
             self.jobs[record.job_id] = entry
             self._next_seq = max(self._next_seq, record.seq + 1)
         for lease in leases:
-            entry = self.jobs.get(lease.job_id)
-            if entry is None:
+            owner = self.jobs.get(lease.job_id)
+            if owner is None:
                 continue
             self._index_lease(lease)
-            entry.lease = lease
-        orphans = [
-            j for j, e in self.jobs.items() if e.state.status is JobStatus.RUNNING and e.lease is None
-        ]
+            owner.lease = lease
+        orphans = [j for j, e in self.jobs.items() if e.state.status is JobStatus.RUNNING and e.lease is None]
         for entry in self.jobs.values():
             self._reindex(entry)
         self.state_version += 1
@@ -260,8 +258,16 @@ class JobBook:
         return change
 
     # --- user intent and policy decisions ---------------------------------------------------
-    def end(self, job_id: str, status: JobStatus, reason: RevokeReason, now: float, grace_deadline: float,
-            message: str | None = None) -> Change:
+    def end(
+        self,
+        job_id: str,
+        status: JobStatus,
+        reason: RevokeReason,
+        *,
+        now: float,
+        grace_deadline: float,
+        message: str | None = None,
+    ) -> Change:
         """Cancel (``CANCELLED``) or terminate (``COMPLETED``) a job: a waiting job ends now; a running
         one gets its final status now and its lease is revoked (``change.revokes``)."""
         entry = self.jobs.get(job_id)
@@ -277,6 +283,16 @@ class JobBook:
             change.update_job(entry, {"status": status})
             if lease.state is LeaseState.GRANTED:
                 self._revoking(change, lease, reason, grace_deadline)
+        self._touch(change, entry)
+        return change
+
+    def requeue(self, job_id: str, now: float) -> Change | None:
+        """A job the store says is RUNNING but that holds no lease (an interrupted grant): it waits again."""
+        entry = self.jobs.get(job_id)
+        if entry is None or entry.lease is not None or entry.state.status is not JobStatus.RUNNING:
+            return None
+        change = Change()
+        change.update_job(entry, {"status": JobStatus.QUEUED, "queued_since": now})
         self._touch(change, entry)
         return change
 
@@ -407,8 +423,9 @@ class JobBook:
 
         change.then(effect)
 
-    def finished_without_lease(self, job_id: str, status: JobStatus, at: float,
-                               checkpoint: str | None, iterations: int | None) -> Change:
+    def finished_without_lease(
+        self, job_id: str, status: JobStatus, at: float, checkpoint: str | None, iterations: int | None
+    ) -> Change:
         """A completion or failure for a job that holds no lease now (e.g. its lease was released
         at the revoke deadline and the job ended during its grace period)."""
         entry = self.jobs.get(job_id)

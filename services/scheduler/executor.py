@@ -123,8 +123,9 @@ class LeaseExecutor:
                 log.warning("revoke of %s on %s got no answer", lease.lease_id, lease.coordinator)
                 return None
 
-    async def grant(self, lease: Lease, spec: JobSpec, *, resume_from: str | None,
-                    resume_iteration: int | None, attempt: int) -> None:
+    async def grant(
+        self, lease: Lease, spec: JobSpec, *, resume_from: str | None, resume_iteration: int | None, attempt: int
+    ) -> None:
         """Send one grant per node of ``lease`` (same ``lease_id``); raises ``GrantRefusedError``."""
         world_size = lease.gpu_count
         coordinator = lease.coordinator

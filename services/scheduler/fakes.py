@@ -15,7 +15,9 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from nats.aio.subscription import Subscription
 
@@ -57,8 +59,9 @@ class FakeNode:
 class FakeWorkers:
     """Fake worker agents for ``nodes`` (node id -> GPU count) on one bus connection."""
 
-    def __init__(self, bus: Bus, nodes: dict[str, int], *, stop_delay_s: float = 0.0,
-                 report_started: bool = True) -> None:
+    def __init__(
+        self, bus: Bus, nodes: dict[str, int], *, stop_delay_s: float = 0.0, report_started: bool = True
+    ) -> None:
         self.bus = bus
         self.nodes = {n: FakeNode(n, g) for n, g in nodes.items()}
         self.stop_delay_s = stop_delay_s
@@ -129,15 +132,23 @@ class FakeWorkers:
         for task in list(self._tasks):
             task.cancel()
 
-    def _spawn(self, coro: object) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _ack(self, node: FakeNode, lease_id: str, error: LeaseAckError | None = None,
-             duplicate: bool = False) -> LeaseAck:
-        return LeaseAck(lease_id=lease_id, node_id=node.node_id, accepted=error is None, error=error,
-                        duplicate=duplicate, epoch_seen=node.epoch_seen, leases_held=len(node.leases))
+    def _ack(
+        self, node: FakeNode, lease_id: str, error: LeaseAckError | None = None, duplicate: bool = False
+    ) -> LeaseAck:
+        return LeaseAck(
+            lease_id=lease_id,
+            node_id=node.node_id,
+            accepted=error is None,
+            error=error,
+            duplicate=duplicate,
+            epoch_seen=node.epoch_seen,
+            leases_held=len(node.leases),
+        )
 
     async def _on_grant(self, grant: LeaseGrant) -> LeaseAck:
         node = self.nodes.get(grant.node_id)
@@ -194,8 +205,15 @@ class FakeWorkers:
             await asyncio.sleep(self.stop_delay_s)
         await self.finish(node.node_id, held.grant.lease_id, completed=False)
 
-    async def finish(self, node_id: str, lease_id: str, *, completed: bool, iteration: int = 10,
-                     reason: SuspendReason = SuspendReason.PREEMPTED) -> JobCompleted | JobSuspended:
+    async def finish(
+        self,
+        node_id: str,
+        lease_id: str,
+        *,
+        completed: bool,
+        iteration: int = 10,
+        reason: SuspendReason = SuspendReason.PREEMPTED,
+    ) -> JobCompleted | JobSuspended:
         """End a lease's job: ``job.completed``, or ``job.suspended`` with a checkpoint; returns the fact."""
         node = self.nodes[node_id]
         held = node.leases.pop(lease_id)

@@ -133,7 +133,5 @@ class Inventory:
         self._dead.clear()
         if text:
             for node_id, (host, gpus, inc, cpus, mem, gpu_type) in json.loads(text).items():
-                self._nodes[node_id] = NodeInfo(
-                    node_id, host, tuple(gpus), inc, cpus, mem, gpu_type, last_seen=now
-                )
+                self._nodes[node_id] = NodeInfo(node_id, host, tuple(gpus), inc, cpus, mem, gpu_type, last_seen=now)
         self.version += 1

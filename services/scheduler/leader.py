@@ -145,7 +145,8 @@ class LeaderElection:
             await self._resign_now()
 
     async def _renew(self) -> None:
-        assert self._bucket is not None and self.epoch is not None
+        assert self._bucket is not None
+        assert self.epoch is not None
         try:
             self._revision = await self._bucket.update(KEY, self._value(self.epoch), last=self._revision)
             self._renewed_at = time.monotonic()

@@ -92,8 +92,7 @@ class ValidPlan:
         return not (self.suspend or self.launch or self.terminate)
 
 
-def validate_plan(plan: PlacementPlan, book: JobBook, inventory: Inventory,
-                  gpu_targets: dict[str, int]) -> ValidPlan:
+def validate_plan(plan: PlacementPlan, book: JobBook, inventory: Inventory, gpu_targets: dict[str, int]) -> ValidPlan:
     """Keep the parts of ``plan`` that are valid against the book and the live nodes now."""
     out = ValidPlan()
     for job_id, reason in plan.terminate.items():

@@ -119,8 +119,10 @@ class RoundTimings:
     dropped: int = 0
 
     def as_dict(self) -> dict[str, float]:
-        return {k: getattr(self, k) for k in ("round", "snapshot", "rank", "publish", "placement", "apply",
-                                              "launched", "suspended", "dropped")}
+        return {
+            k: getattr(self, k)
+            for k in ("round", "snapshot", "rank", "publish", "placement", "apply", "launched", "suspended", "dropped")
+        }
 
 
 @dataclass(slots=True)
@@ -227,7 +229,8 @@ class SchedulerService(RoundhouseService):
 
     # --- terms ------------------------------------------------------------------------------
     async def _on_elected(self, epoch: int) -> None:
-        assert self.bus is not None and self.store is not None
+        assert self.bus is not None
+        assert self.store is not None
         bus, store = self.bus, self.store
         now_mono = time.monotonic()
         self.inventory.loads(await store.get_meta(META_KEY), now_mono)
@@ -315,8 +318,9 @@ class SchedulerService(RoundhouseService):
             return False
         try:
             if event_id is not None:
-                applied = await self.store.apply_event(str(event_id), self.bus.name(consumer) if self.bus else consumer,
-                                                       change.ops)
+                applied = await self.store.apply_event(
+                    str(event_id), self.bus.name(consumer) if self.bus else consumer, change.ops
+                )
                 if not applied:
                     return False
             elif change.ops:
@@ -332,16 +336,8 @@ class SchedulerService(RoundhouseService):
         return True
 
     async def _requeue_orphans(self, job_ids: list[str]) -> None:
-        changes: list[Change | None] = []
-        for job_id in job_ids:
-            entry = self.book.entry(job_id)
-            if entry is None:
-                continue
-            c = Change()
-            c.update_job(entry, {"status": JobStatus.QUEUED, "queued_since": time.time()})
-            c.then(lambda e=entry: self.book._reindex(e))
-            changes.append(c)
-        await self._commit(self.book.merge(changes))
+        now = time.time()
+        await self._commit(self.book.merge(self.book.requeue(job_id, now) for job_id in job_ids))
 
     def _send_revokes(self, change: Change) -> None:
         term = self._term
@@ -376,8 +372,11 @@ class SchedulerService(RoundhouseService):
         async with self._lock:
             if self.book.entry(event.job_id) is not None or await self.store.get_job(event.job_id) is not None:
                 return
-            await self._commit(self.book.arrived(event.job_id, event.spec, event.ts),
-                               event_id=event.event_id, consumer=CONSUMERS[JOB_ARRIVED])
+            await self._commit(
+                self.book.arrived(event.job_id, event.spec, event.ts),
+                event_id=event.event_id,
+                consumer=CONSUMERS[JOB_ARRIVED],
+            )
 
     async def _on_accepted(self, event: JobAccepted) -> None:
         assert self.store is not None
@@ -401,8 +400,14 @@ class SchedulerService(RoundhouseService):
         async with self._lock:
             entry = self.book.entry(event.job_id)
             grace = entry.state.spec.grace_period_s if entry is not None else 0.0
-            change = self.book.end(event.job_id, JobStatus.CANCELLED, RevokeReason.CANCEL, now,
-                                   now + grace + self.cfg.revoke_margin_s, event.reason or "cancelled")
+            change = self.book.end(
+                event.job_id,
+                JobStatus.CANCELLED,
+                RevokeReason.CANCEL,
+                now=now,
+                grace_deadline=now + grace + self.cfg.revoke_margin_s,
+                message=event.reason or "cancelled",
+            )
             applied = await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_CANCEL])
         if applied:
             self._send_revokes(change)
@@ -453,17 +458,24 @@ class SchedulerService(RoundhouseService):
             self._churn(RoundTrigger.COMPLETION)
 
     async def _on_completed(self, event: JobCompleted) -> None:
-        await self._finished(event.event_id, CONSUMERS[JOB_COMPLETED], event.job_id, event.lease_id, event.ts,
-                             JobStatus.COMPLETED, event.checkpoint_path, event.iteration, None)
+        await self._finished(
+            event, CONSUMERS[JOB_COMPLETED], JobStatus.COMPLETED, iteration=event.iteration, reason=None
+        )
 
     async def _on_failed(self, event: JobFailed) -> None:
         reason = f"{event.reason.value}: {event.message}" if event.message else event.reason.value
-        await self._finished(event.event_id, CONSUMERS[JOB_FAILED], event.job_id, event.lease_id, event.ts,
-                             JobStatus.FAILED, event.checkpoint_path, event.iteration, reason)
+        await self._finished(event, CONSUMERS[JOB_FAILED], JobStatus.FAILED, iteration=event.iteration, reason=reason)
 
-    async def _finished(self, event_id: object, consumer: str, job_id: str, lease_id: str | None, ts: float,
-                        status: JobStatus, checkpoint: str | None, iteration: int | None,
-                        reason: str | None) -> None:
+    async def _finished(
+        self,
+        event: JobCompleted | JobFailed,
+        consumer: str,
+        status: JobStatus,
+        *,
+        iteration: int | None,
+        reason: str | None,
+    ) -> None:
+        job_id, lease_id, ts, checkpoint = event.job_id, event.lease_id, event.ts, event.checkpoint_path
         now = time.time()
         async with self._lock:
             entry = self.book.entry(job_id)
@@ -474,13 +486,14 @@ class SchedulerService(RoundhouseService):
             lease = entry.lease
             if lease is not None and (lease_id is None or lease.lease_id == lease_id):
                 at = self._fact_time(ts, entry.state.last_start_time, now)
-                change = self.book.release(lease.lease_id, at, final=status, checkpoint=checkpoint,
-                                           iterations=iteration)
+                change = self.book.release(
+                    lease.lease_id, at, final=status, checkpoint=checkpoint, iterations=iteration
+                )
             elif lease is None:
                 change = self.book.finished_without_lease(job_id, status, now, checkpoint, iteration)
             else:
                 return  # a stale lease of a job that runs under another one now
-            await self._commit(change, event_id=event_id, consumer=consumer)
+            await self._commit(change, event_id=event.event_id, consumer=consumer)
         self._churn(RoundTrigger.COMPLETION)
 
     # --- nodes -----------------------------------------------------------------------------
@@ -554,8 +567,11 @@ class SchedulerService(RoundhouseService):
         if term is None or self.store is None:
             raise RuntimeError("not the leader; ask again (the leader answers query.jobs)")
         finished: list[JobRecord] = []
-        if query.include_finished or query.job_ids or any(JobStatus(s).is_final for s in query.statuses
-                                                         if s in JobStatus._value2member_map_):
+        if (
+            query.include_finished
+            or query.job_ids
+            or any(JobStatus(s).is_final for s in query.statuses if s in JobStatus._value2member_map_)
+        ):
             if query.job_ids:
                 for job_id in query.job_ids:
                     record = await self.store.get_job(job_id)
@@ -563,7 +579,7 @@ class SchedulerService(RoundhouseService):
                         finished.append(record)
             else:
                 finals = [s for s in JobStatus if s.is_final]
-                finished = (await self.store.jobs_by_status(*finals))[-self.cfg.query_finished_limit:]
+                finished = (await self.store.jobs_by_status(*finals))[-self.cfg.query_finished_limit :]
         return answer(query, self.book, finished, time.time(), term.epoch)
 
     # --- rounds ------------------------------------------------------------------------------
@@ -711,8 +727,16 @@ class SchedulerService(RoundhouseService):
                 if entry is None:
                     continue
                 grace = entry.state.spec.grace_period_s
-                changes.append(self.book.end(job_id, JobStatus.COMPLETED, RevokeReason.TERMINATE, now,
-                                             now + grace + margin, reason))
+                changes.append(
+                    self.book.end(
+                        job_id,
+                        JobStatus.COMPLETED,
+                        RevokeReason.TERMINATE,
+                        now=now,
+                        grace_deadline=now + grace + margin,
+                        message=reason,
+                    )
+                )
             for job_id in valid.suspend:
                 entry = self.book.entry(job_id)
                 if entry is None:
@@ -776,8 +800,7 @@ class SchedulerService(RoundhouseService):
                     changes.append(change)
                     leases.append(lease)
             await self._commit(self.book.merge(changes))
-        results = await asyncio.gather(*(self._send_grant(executor, lease) for lease in leases),
-                                       return_exceptions=True)
+        results = await asyncio.gather(*(self._send_grant(executor, lease) for lease in leases), return_exceptions=True)
         failed: list[str] = []
         for lease, result in zip(leases, results, strict=True):
             if isinstance(result, DeposedError):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,7 +26,7 @@ from services.core.state import JobStatus
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus, BusOptions
 from services.runtime.consumer import ConsumerOptions
-from services.runtime.store import LeaseState, Store
+from services.runtime.store import LeaseState
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.fakes import FakeWorkers, InlinePlacement
 from services.scheduler.service import SchedulerService
@@ -75,8 +74,13 @@ class Cluster:
             "round_s": 0.3, "leader_ttl_s": 1.0, "plan_timeout_s": 2.0, "request_timeout_s": 0.5,
             "revoke_margin_s": 0.5, "lease_ttl_s": 30.0, "log_format": "text",
         }  # fmt: skip
-        config = SchedulerConfig(nats=self.broker.url, namespace=self.namespace, db=str(self.db),
-                                 instance=f"sched-{len(self.replicas)}", **{**defaults, **settings})
+        config = SchedulerConfig(
+            nats=self.broker.url,
+            namespace=self.namespace,
+            db=str(self.db),
+            instance=f"sched-{len(self.replicas)}",
+            **{**defaults, **settings},
+        )
         service = SchedulerService(config, consumer_options=FAST)
         bus = await self.connect(config.instance or "sched")
         await service.start(bus)
@@ -152,7 +156,7 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         grants = [entry for entry in workers.log if entry[0] == "grant"]
         assert len(grants) == 4
         assert {epoch for *_, epoch in grants} == {s.epoch}
-        await wait_for(lambda: all(l.started for l in s.book.leases.values()), what="job.started applied")
+        await wait_for(lambda: all(lease.started for lease in s.book.leases.values()), what="job.started applied")
 
         reply = await c.query()
         by_id = {v.job_id: v for v in reply.jobs}
@@ -173,7 +177,7 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         assert record is not None
         assert record.status is JobStatus.RUNNING
         leases = await s.store.leases_for_job("job-0")
-        assert [(l.state, l.epoch) for l in leases] == [(LeaseState.GRANTED, s.epoch)]
+        assert [(lease.state, lease.epoch) for lease in leases] == [(LeaseState.GRANTED, s.epoch)]
 
         # A completion frees GPUs and the waiting job gets them.
         node, lease_id = workers.lease_of("job-1") or ("", "")
@@ -185,7 +189,7 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
 
 
 def test_unknown_policy_lists_the_valid_ones(tmp_path: Path) -> None:
-    with pytest.raises(UnknownPolicyError, match="valid: .*las"):
+    with pytest.raises(UnknownPolicyError, match=r"valid: .*las"):
         SchedulerService(SchedulerConfig(policy="no-such-policy", db=str(tmp_path)))
 
 
@@ -266,8 +270,9 @@ async def test_redelivered_events_are_applied_once(broker: Broker, namespace: st
         await c.client.publish(JOB_ACCEPTED, JobAccepted(job_id="j"))
         await asyncio.sleep(0.2)
         await c.client.publish(JOB_ARRIVED, JobArrived(job_id="j", spec=spec("j")))
-        await wait_for(lambda: (e := s.book.entry("j")) is not None and e.state.status is JobStatus.QUEUED,
-                       what="j queued")
+        await wait_for(
+            lambda: (e := s.book.entry("j")) is not None and e.state.status is JobStatus.QUEUED, what="j queued"
+        )
         s.request_round()
         await wait_for(lambda: "j" in running_jobs(s), what="j running")
         node, lease_id = workers.lease_of("j") or ("", "")
@@ -276,8 +281,9 @@ async def test_redelivered_events_are_applied_once(broker: Broker, namespace: st
         await wait_for(lambda: s.book.jobs["j"].state.status is JobStatus.QUEUED, what="j suspended")
         # The same event again, as JetStream would redeliver it (a new message id defeats dedup).
         for copy in range(2):
-            await c.client.js.publish(c.client.wire(JOB_SUSPENDED), encode(fact),
-                                      headers={"Nats-Msg-Id": f"redelivery-{copy}"})
+            await c.client.js.publish(
+                c.client.wire(JOB_SUSPENDED), encode(fact), headers={"Nats-Msg-Id": f"redelivery-{copy}"}
+            )
         arrived_again = JobArrived(job_id="j", spec=spec("j"))
         await c.client.publish(JOB_ARRIVED, arrived_again)
         consumer = next(x for x in s._term.consumers if x.durable.endswith("scheduler-suspended"))  # type: ignore[union-attr]
@@ -316,8 +322,10 @@ async def test_a_silent_node_keeps_its_gpus_until_the_lease_ttl_has_passed(
         # The node comes back: it stopped "a" itself (lease_ttl) and reports it; its GPU is reused.
         workers.silent.discard(node)
         await workers.finish(node, lease_id, completed=False, reason=SuspendReason.LEASE_EXPIRED)
-        await wait_for(lambda: len([1 for cmd, _, n, _ in workers.log if cmd == "grant" and n == node]) == 2,
-                       what="the node's GPU granted again")
+        await wait_for(
+            lambda: len([1 for cmd, _, n, _ in workers.log if cmd == "grant" and n == node]) == 2,
+            what="the node's GPU granted again",
+        )
         assert s.book.jobs["a"].checkpoint_path == "/ckpt/a/10"
         assert workers.nodes[other].leases  # "b" kept running throughout
         assert workers.max_concurrent_runs == 1
@@ -361,8 +369,9 @@ async def test_a_follower_takes_over_with_a_higher_epoch_and_workers_refuse_the_
 
         # A command of the deposed leader's term is refused by a worker that has seen the new one.
         node = next(n for cmd, _, n, epoch in workers.log if cmd == "grant" and epoch == new_epoch)
-        stale = LeaseGrant(epoch=old_epoch, lease_id="Lstale", job_id="job-9", node_id=node, gpus=[0],
-                           spec=spec("job-9"))
+        stale = LeaseGrant(
+            epoch=old_epoch, lease_id="Lstale", job_id="job-9", node_id=node, gpus=[0], spec=spec("job-9")
+        )
         ack = await c.client.request(lease_grant(node), stale, LeaseAck)
         assert not ack.accepted
         assert ack.error is LeaseAckError.STALE_EPOCH
@@ -408,8 +417,13 @@ async def test_restarting_with_another_policy_keeps_running_jobs_and_loses_or_du
 
         deadline = time.monotonic() + 15
         while len(completed) < len(jobs) and time.monotonic() < deadline:
-            await wait_for(lambda: any(not h.stopping for n in workers.nodes.values() for h in n.leases.values())
-                           or len(completed) == len(jobs), what="something running")
+            await wait_for(
+                lambda: (
+                    any(not h.stopping for n in workers.nodes.values() for h in n.leases.values())
+                    or len(completed) == len(jobs)
+                ),
+                what="something running",
+            )
             await finish_running()
             await asyncio.sleep(0.05)
         assert sorted(completed) == jobs  # every job ran to completion exactly once
