@@ -1,6 +1,7 @@
 """Scheduling policies; importing this package registers each one in ``services.core.SCHEDULING``."""
 
 from services.scheduler.policies import fifo as fifo
+from services.scheduler.policies import fitgpp as fitgpp
 from services.scheduler.policies import las as las
 from services.scheduler.policies import optimus as optimus
 from services.scheduler.policies import srtf as srtf
