@@ -5,6 +5,7 @@ from services.placement.policies import bandwidth_aware as bandwidth_aware
 from services.placement.policies import consolidated as consolidated
 from services.placement.policies import first_free as first_free
 from services.placement.policies import fitgpp as fitgpp
+from services.placement.policies import fulcrum as fulcrum
 from services.placement.policies import lrtp as lrtp
 from services.placement.policies import preempting as preempting
 from services.placement.policies import rand as rand
