@@ -1,16 +1,15 @@
 """Fixtures for the store tests: a real SQLite file per test, and a real PostgreSQL when reachable.
 
 Imported by ``test_store*.py`` (tests/conftest.py belongs to the bus tests). PostgreSQL tests use a
-fresh schema per test (``search_path``), dropped afterwards; they skip with the connection error as
-the reason when no server answers at ``ROUNDHOUSE_TEST_POSTGRES`` (default: the local trust-auth
-server at 127.0.0.1:5432, database ``test``).
+fresh schema per test (``search_path``), dropped afterwards; they skip with the connection errors as
+the reason when no server answers (see ``postgres_url``).
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,37 +19,53 @@ import pytest
 from schemas.job import JobClass, JobSpec
 from services.runtime.store import JobRecord, LeaseRecord, Store, StoreConfig
 
-POSTGRES_URL = os.environ.get("ROUNDHOUSE_TEST_POSTGRES", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
+_CANDIDATES = (
+    "postgresql+asyncpg://postgres@127.0.0.1:5432/test",
+    "postgresql+asyncpg://root@127.0.0.1:5432/test",
+)
+_probe: list[tuple[str | None, str]] = []  # (url that answered, or None; why not)
 
-_pg_reason: list[str | None] = []
+
+async def postgres_url() -> str:
+    """The test PostgreSQL's URL, or ``pytest.skip`` with the reason none answered.
+
+    ``ROUNDHOUSE_TEST_POSTGRES`` names one; otherwise the local trust-auth server is tried as
+    ``postgres``, then as ``root``. Probed once per session.
+    """
+    if not _probe:
+        _probe.append(await _find_postgres())
+    url, reason = _probe[0]
+    if url is None:
+        pytest.skip(reason)
+    return url
 
 
-async def postgres_unreachable() -> str | None:
-    """None when the test PostgreSQL accepts connections, else why not (checked once per session)."""
-    if not _pg_reason:
+async def _find_postgres() -> tuple[str | None, str]:
+    try:
+        import asyncpg
+    except ImportError:
+        return None, "asyncpg is not installed (the 'postgres' extra)"
+    env = os.environ.get("ROUNDHOUSE_TEST_POSTGRES")
+    errors: list[str] = []
+    for url in (env,) if env else _CANDIDATES:
         try:
-            import asyncpg
-        except ImportError:
-            _pg_reason.append("asyncpg is not installed (the 'postgres' extra)")
-            return _pg_reason[0]
-        try:
-            conn = await asyncpg.connect(_dsn(POSTGRES_URL), timeout=3)
+            conn = await asyncpg.connect(_dsn(url), timeout=3)
         except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
-            _pg_reason.append(f"no PostgreSQL at {POSTGRES_URL}: {type(exc).__name__}: {exc}")
+            errors.append(f"{url}: {type(exc).__name__}: {exc}")
         else:
             await conn.close()
-            _pg_reason.append(None)
-    return _pg_reason[0]
+            return url, ""
+    return None, "no PostgreSQL reachable (" + "; ".join(errors) + ")"
 
 
 def _dsn(url: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://", 1)
 
 
-async def drop_schema(schema: str) -> None:
+async def drop_schema(url: str, schema: str) -> None:
     import asyncpg
 
-    conn = await asyncpg.connect(_dsn(POSTGRES_URL), timeout=5)
+    conn = await asyncpg.connect(_dsn(url), timeout=5)
     try:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     finally:
@@ -76,9 +91,6 @@ class StoreFactory:
             await store.close()
 
 
-OpenStore = Callable[..., Awaitable[Store]]
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreFactory]:
     """A factory per backend: the same test runs on a SQLite file and on PostgreSQL."""
@@ -89,16 +101,14 @@ async def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Async
         finally:
             await factory.close_all()
         return
-    reason = await postgres_unreachable()
-    if reason is not None:
-        pytest.skip(reason)
+    url = await postgres_url()
     schema = f"rh_test_{uuid.uuid4().hex[:12]}"
-    factory = StoreFactory("postgresql", POSTGRES_URL, schema)
+    factory = StoreFactory("postgresql", url, schema)
     try:
         yield factory
     finally:
         await factory.close_all()
-        await drop_schema(schema)
+        await drop_schema(url, schema)
 
 
 @pytest.fixture

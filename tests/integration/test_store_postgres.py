@@ -11,32 +11,32 @@ import pytest
 
 from services.core.state import JobStatus
 from services.runtime.store import StaleWriteError, Store
-from tests.integration.conftest_store import POSTGRES_URL, drop_schema, job, postgres_unreachable
+from tests.integration.conftest_store import drop_schema, job, postgres_url
 
 
 @pytest.fixture
-async def pg_schema() -> AsyncIterator[str]:
-    reason = await postgres_unreachable()
-    if reason is not None:
-        pytest.skip(reason)
+async def pg() -> AsyncIterator[tuple[str, str]]:
+    """(URL, fresh schema name) on the test PostgreSQL; the schema is dropped afterwards."""
+    url = await postgres_url()
     schema = f"rh_test_{uuid.uuid4().hex[:12]}"
     try:
-        yield schema
+        yield url, schema
     finally:
-        await drop_schema(schema)
+        await drop_schema(url, schema)
 
 
-async def test_tables_are_created_in_the_given_schema(pg_schema: str) -> None:
+async def test_tables_are_created_in_the_given_schema(pg: tuple[str, str]) -> None:
+    url, pg_schema = pg
     import asyncpg
 
-    store = await Store.open(POSTGRES_URL, schema=pg_schema)
+    store = await Store.open(url, schema=pg_schema)
     try:
         assert store.backend == "postgresql"
         assert await store.sqlite_settings() == {}
         await store.add_jobs([job("j1")])
     finally:
         await store.close()
-    conn = await asyncpg.connect(POSTGRES_URL.replace("postgresql+asyncpg://", "postgresql://"), timeout=5)
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"), timeout=5)
     try:
         rows = await conn.fetch(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1", pg_schema
@@ -47,9 +47,10 @@ async def test_tables_are_created_in_the_given_schema(pg_schema: str) -> None:
         await conn.close()
 
 
-async def test_two_replicas_fence_each_other_with_versions(pg_schema: str) -> None:
-    old_leader = await Store.open(POSTGRES_URL, schema=pg_schema)
-    new_leader = await Store.open(POSTGRES_URL, schema=pg_schema)
+async def test_two_replicas_fence_each_other_with_versions(pg: tuple[str, str]) -> None:
+    url, pg_schema = pg
+    old_leader = await Store.open(url, schema=pg_schema)
+    new_leader = await Store.open(url, schema=pg_schema)
     try:
         await new_leader.add_jobs([job("j1")])
         seen = await old_leader.get_job("j1")
@@ -68,8 +69,9 @@ async def test_two_replicas_fence_each_other_with_versions(pg_schema: str) -> No
         await new_leader.close()
 
 
-async def test_replicas_starting_together_create_the_tables_once(pg_schema: str) -> None:
-    stores = await asyncio.gather(*(Store.open(POSTGRES_URL, schema=pg_schema) for _ in range(4)))
+async def test_replicas_starting_together_create_the_tables_once(pg: tuple[str, str]) -> None:
+    url, pg_schema = pg
+    stores = await asyncio.gather(*(Store.open(url, schema=pg_schema) for _ in range(4)))
     try:
         await stores[0].add_jobs([job("j1")])
         assert [await s.get_job("j1") for s in stores] == [job("j1")] * 4
