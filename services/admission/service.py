@@ -4,7 +4,7 @@
   jobs already held (FIFO), to the admission policy (``--policy``, a name in
   ``services.core.registry.ADMISSION``, default ``accept-all``; options from ``policy_options``,
   e.g. ``{"factor": 1.5}`` for ``load-threshold``). It publishes ``job.accepted``, ``job.held``
-  or ``job.rejected`` (with the policy's reason) before the arrival is acked.
+  or ``job.rejected`` (with the policy's reason).
 * Held jobs are offered again, in the order they were held, whenever capacity may have freed: an
   admitted job completed, failed or was cancelled, a node registered, or every
   ``reoffer_interval_s``. Only a change is published (``job.accepted`` / ``job.rejected`` for a
@@ -16,9 +16,11 @@
   nodes (``services.placement.inventory``). Both are rebuilt on start by replaying the stream
   (``services.runtime.replay``) and then followed; heartbeats (core NATS) keep nodes live.
 
-Verdict event ids derive from the arrival's ``event_id`` (uuid5), so a verdict republished after a
-crash between publish and ack is dropped by JetStream's duplicate window, and a redelivered arrival
-whose verdict is already in the ledger is not judged again.
+Verdicts are published pipelined (``outbox.py``): an arrival is acked once its verdict is on the
+wire, and the JetStream acks are confirmed behind. After a crash, replay finds every arrival without
+a stored verdict and judges it again. Verdict event ids derive from the arrival's ``event_id``
+(uuid5), so a verdict republished within JetStream's duplicate window is stored once, and a
+redelivered arrival whose verdict is already in the ledger is not judged again.
 
 One admission instance should be active per namespace: replicas would share the durable consumer
 and so see only part of the arrivals each.
@@ -57,6 +59,7 @@ from schemas.subjects import (
     NODE_REGISTER,
 )
 from services.admission.ledger import Ledger
+from services.admission.outbox import VerdictOutbox
 from services.core.decisions import Admission
 from services.core.protocols import AdmissionPolicy, accepts_all
 from services.core.registry import ADMISSION
@@ -152,6 +155,7 @@ class AdmissionService(RoundhouseService):
         self._cluster: ClusterState | None = None
         self._cluster_version = -1
         self._reoffer = asyncio.Event()
+        self._outbox: VerdictOutbox | None = None
         self._consumer: DurableConsumer[JobArrived] | None = None
         self._follower: StreamFollower | None = None
         self._subs: list[Subscription] = []
@@ -161,6 +165,8 @@ class AdmissionService(RoundhouseService):
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
         self._bus = bus
+        self._outbox = VerdictOutbox(bus)
+        self._outbox.start()
         began = time.perf_counter()
         last = await replay(bus, REPLAY_SUBJECTS, self._replayed, stats=self.replay_stats)
         log.info(
@@ -191,6 +197,8 @@ class AdmissionService(RoundhouseService):
         self._stopped = True
         if self._consumer is not None:
             await self._consumer.stop()
+        if self._outbox is not None:
+            await self._outbox.stop(self.settings.drain_timeout_s / 2)
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -254,14 +262,18 @@ class AdmissionService(RoundhouseService):
             self.counts["duplicates"] += 1
             log.info("job %s arrived again; it already has a verdict", event.job_id)
             return
+        if self._accepts_all and not self.ledger.held:
+            # Fast path (protocols: accepts_all): no policy call, no offered list, no lock needed.
+            await self._accept(job.job_id, event.event_id, was_held=False)
+            return
         await self._decide([job])
 
     async def _on_malformed(self, raw: bytes, error: MalformedMessageError) -> None:
         job_id = job_id_of(raw)
         if job_id is None or self.ledger.knows(job_id):
             return  # nobody to tell, or a broken copy of a job that already arrived intact
-        assert self._bus is not None
-        await self._bus.publish(JOB_REJECTED, JobRejected(job_id=job_id, reason=malformed_reason(error)))
+        assert self._outbox is not None
+        await self._outbox.send(JOB_REJECTED, JobRejected(job_id=job_id, reason=malformed_reason(error)))
         self.counts["malformed_rejected"] += 1
 
     def cluster(self) -> ClusterState:
@@ -291,25 +303,17 @@ class AdmissionService(RoundhouseService):
             await self._publish(verdict, [*verdict.held, *unanswered])
 
     async def _publish(self, verdict: Admission, held: list[str]) -> None:
-        bus, ledger, name = self._bus, self.ledger, self.policy.name
-        assert bus is not None
+        outbox, ledger, name = self._outbox, self.ledger, self.policy.name
+        assert outbox is not None
         for job_id in verdict.accepted:
             arrival = ledger.arrival_ids.get(job_id)
-            if arrival is None:
-                continue
-            was_held = job_id in ledger.held
-            await bus.publish(JOB_ACCEPTED, JobAccepted(
-                event_id=verdict_event_id(arrival, "accepted"), job_id=job_id, policy=name,
-                reason="released: capacity freed" if was_held else None,
-            ))  # fmt: skip
-            ledger.on_accepted(job_id, time.time())
-            self.counts["accepted"] += 1
-            self.counts["released"] += was_held
+            if arrival is not None:
+                await self._accept(job_id, arrival, was_held=job_id in ledger.held)
         for job_id, reason in verdict.rejected.items():
             arrival = ledger.arrival_ids.get(job_id)
             if arrival is None:
                 continue
-            await bus.publish(JOB_REJECTED, JobRejected(
+            await outbox.send(JOB_REJECTED, JobRejected(
                 event_id=verdict_event_id(arrival, "rejected"), job_id=job_id, reason=reason, policy=name,
             ))  # fmt: skip
             ledger.on_rejected(job_id)
@@ -318,11 +322,23 @@ class AdmissionService(RoundhouseService):
             arrival = ledger.arrival_ids.get(job_id)
             if arrival is None or job_id not in ledger.pending:
                 continue  # held before: stays held without a new event
-            await bus.publish(JOB_HELD, JobHeld(
+            await outbox.send(JOB_HELD, JobHeld(
                 event_id=verdict_event_id(arrival, "held"), job_id=job_id, policy=name, reason=self._held_reason(),
             ))  # fmt: skip
             ledger.on_held(job_id)
             self.counts["held"] += 1
+
+    async def _accept(self, job_id: str, arrival: uuid.UUID, *, was_held: bool) -> None:
+        assert self._outbox is not None
+        # Built without re-validation: every field comes from a validated arrival or from here.
+        accepted = JobAccepted.model_construct(
+            event_id=verdict_event_id(arrival, "accepted"), ts=time.time(), schema_version=1, job_id=job_id,
+            reason="released: capacity freed" if was_held else None, policy=self.policy.name,
+        )  # fmt: skip
+        await self._outbox.send(JOB_ACCEPTED, accepted)
+        self.ledger.on_accepted(job_id, accepted.ts)
+        self.counts["accepted"] += 1
+        self.counts["released"] += was_held
 
     def _held_reason(self) -> str:
         return (

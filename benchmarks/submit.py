@@ -1,0 +1,198 @@
+"""Sustained job submission: arrivals accepted by admission and persisted by the scheduler.
+
+One process (this one) publishes ``--jobs`` ``job.arrived`` events, pipelined in chunks with
+``Bus.publish_many`` (each chunk waits for its JetStream acks). The admission service runs as a
+child process (``python -m services.admission``, policy ``accept-all``) and the scheduler as another
+(``python -m services.scheduler``, SQLite store in a temporary directory), each on its own core, all
+against the bundled nats-server. Measured, from the first publish:
+
+* ``published``: every arrival stored on JetStream (the submitter's ack);
+* ``accepted``: every ``job.accepted`` published by admission (counted by a core subscriber);
+* ``persisted``: the scheduler's durable ``scheduler-accepted`` consumer has acked every
+  acceptance, and it acks only after the job is committed to its store.
+
+Baselines printed beside the rates: the same publisher into a namespace nobody consumes (the
+ceiling of the publishing path, measured in this run) and Slurm's documented 500 submissions/s.
+Target (issue 4): >= 2,000 jobs/s accepted and persisted.
+
+    python -m benchmarks.submit [--jobs 20000] [--chunk 1000] [--no-scheduler] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import nats.js.errors
+from nats.aio.msg import Msg
+
+from schemas.base import Event
+from schemas.job import JobSpec
+from schemas.jobs import JobArrived
+from services.runtime.broker import Broker
+from services.runtime.bus import Bus, BusOptions
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM_SUBMITS_PER_S = 500.0
+"""Slurm's documented sustained submission rate (its high-throughput guide)."""
+TARGET_PER_S = 2000.0
+
+
+def arrivals(count: int) -> list[Event]:
+    spec = JobSpec(name="bench", command=["python", "train.py", "--epochs", "10"], gpus=1)
+    return [JobArrived(job_id=uuid.uuid4().hex, spec=spec) for _ in range(count)]
+
+
+async def publish(bus: Bus, events: list[Event], chunk: int) -> float:
+    """Publish in pipelined chunks; returns the seconds until the last chunk was acked."""
+    start = time.perf_counter()
+    for i in range(0, len(events), chunk):
+        await bus.publish_many("job.arrived", events[i : i + chunk])
+    return time.perf_counter() - start
+
+
+async def wait_for_consumer(bus: Bus, durable: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await bus.js.consumer_info(bus.stream_name, bus.name(durable))
+            return
+        except nats.js.errors.NotFoundError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"service with consumer {durable!r} did not start in {timeout_s:.0f} s") from None
+            await asyncio.sleep(0.05)
+
+
+async def start_child(module: str, url: str, namespace: str, *extra: str) -> asyncio.subprocess.Process:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", module, "--nats", url, "--namespace", namespace, "--log-level", "WARNING", *extra,
+        cwd=REPO, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def stop_child(child: asyncio.subprocess.Process) -> None:
+    if child.returncode is None:
+        child.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(child.wait(), 20)
+        except TimeoutError:
+            child.kill()
+            await child.wait()
+
+
+async def ceiling(url: str, jobs: int, chunk: int) -> float:
+    """Arrivals/s stored with nobody consuming them: the publishing path alone."""
+    bus = await Bus.connect(url, name="bench-ceiling", options=BusOptions(namespace=f"c{uuid.uuid4().hex[:8]}"))
+    try:
+        events = arrivals(jobs)
+        return jobs / await publish(bus, events, chunk)
+    finally:
+        await bus.close()
+
+
+async def measure(url: str, jobs: int, chunk: int, *, with_scheduler: bool, data_dir: Path) -> dict[str, Any]:
+    namespace = f"s{uuid.uuid4().hex[:8]}"
+    bus = await Bus.connect(url, name="bench-submitter", options=BusOptions(namespace=namespace))
+    children = [await start_child("services.admission", url, namespace, "--policy", "accept-all")]
+    if with_scheduler:
+        children.append(await start_child(
+            "services.scheduler", url, namespace, "--db", str(data_dir / "store"), "--round-s", "3600",
+        ))  # fmt: skip
+    try:
+        await wait_for_consumer(bus, "admission")
+        if with_scheduler:
+            await wait_for_consumer(bus, "scheduler-accepted")
+        accepted = 0
+        accepted_at = 0.0
+        all_accepted = asyncio.Event()
+
+        async def on_accepted(_: Msg) -> None:
+            nonlocal accepted, accepted_at
+            accepted += 1
+            if accepted == jobs:
+                accepted_at = time.perf_counter()
+                all_accepted.set()
+
+        sub = await bus.nc.subscribe(bus.wire("job.accepted"), cb=on_accepted)
+        sub._pending_msgs_limit = jobs + 1
+        sub._pending_bytes_limit = -1
+        await bus.nc.flush()
+        events = arrivals(jobs)
+        start = time.perf_counter()
+        published_s = await publish(bus, events, chunk)
+        await asyncio.wait_for(all_accepted.wait(), 600)
+        result: dict[str, Any] = {
+            "published_per_s": round(jobs / published_s),
+            "accepted_per_s": round(jobs / (accepted_at - start)),
+        }
+        if with_scheduler:
+            durable = bus.name("scheduler-accepted")
+            while True:
+                info = await bus.js.consumer_info(bus.stream_name, durable)
+                if info.ack_floor is not None and (info.ack_floor.consumer_seq or 0) >= jobs:
+                    break
+                await asyncio.sleep(0.01)
+            result["persisted_per_s"] = round(jobs / (time.perf_counter() - start))
+        return result
+    finally:
+        for child in reversed(children):
+            await stop_child(child)
+        await bus.close()
+
+
+async def run(jobs: int, chunk: int, *, with_scheduler: bool) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp, Broker(Path(tmp) / "nats") as broker:
+        roof = await ceiling(broker.url, jobs, chunk)
+        measured = await measure(broker.url, jobs, chunk, with_scheduler=with_scheduler, data_dir=Path(tmp))
+    end_to_end = measured.get("persisted_per_s", measured["accepted_per_s"])
+    return {
+        "jobs": jobs,
+        "chunk": chunk,
+        "scheduler": with_scheduler,
+        "publish_ceiling_per_s": round(roof),
+        **measured,
+        "end_to_end_vs_ceiling": round(end_to_end / roof, 3),
+        "end_to_end_vs_slurm_500": round(end_to_end / SLURM_SUBMITS_PER_S, 2),
+        "meets_target_2000": end_to_end >= TARGET_PER_S,
+    }
+
+
+def scheduler_available() -> bool:
+    return (REPO / "services" / "scheduler" / "service.py").is_file()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--chunk", type=int, default=1000, help="arrivals per pipelined publish_many")
+    parser.add_argument("--no-scheduler", action="store_true", help="measure admission only")
+    parser.add_argument("--json", type=Path, help="also write the result here")
+    args = parser.parse_args(argv)
+    with_scheduler = not args.no_scheduler and scheduler_available()
+    if not args.no_scheduler and not with_scheduler:
+        print("services/scheduler/service.py not found: measuring until accepted only", file=sys.stderr)
+    import uvloop
+
+    result = uvloop.run(run(args.jobs, args.chunk, with_scheduler=with_scheduler))
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json:
+        with contextlib.suppress(OSError):
+            args.json.write_text(text + "\n")
+    return 0 if result["meets_target_2000"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
