@@ -70,6 +70,8 @@ class Lease:
     failure: tuple[RankProcess, int] | None = None
     """The first process that exited non-zero on its own, and its return code."""
     checkpoint_dir: Path | None = None
+    kill_after_s: float | None = None
+    """SIGTERM-to-SIGKILL gap for this lease (None: the worker's ``kill_after_s``)."""
     emulated: EmulatedRun | None = None
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once every process of the lease has exited."""

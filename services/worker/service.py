@@ -424,7 +424,7 @@ class WorkerService(RoundhouseService):
         for rank in lease.ranks:
             rank.signal(signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(lease.exited.wait(), self.cfg.kill_after_s)
+            await asyncio.wait_for(lease.exited.wait(), lease.kill_after_s or self.cfg.kill_after_s)
         for rank in lease.ranks:
             rank.signal(signal.SIGKILL)
 
@@ -610,7 +610,7 @@ class WorkerService(RoundhouseService):
             if self.last_contact > now - period and self.cut_off:
                 self.cut_off = False
                 log.info("back in contact with the bus")
-            if not self.cut_off and time.monotonic() - self.last_contact > self.cfg.lease_ttl_s:
+            if not self.cut_off and time.monotonic() - self.last_contact > self.cfg.lease_ttl_s / 2:
                 self._on_cut_off()
             if nc.is_connected and now >= next_beat:
                 next_beat = now + self.cfg.heartbeat_s
@@ -619,13 +619,22 @@ class WorkerService(RoundhouseService):
             await asyncio.sleep(period)
 
     def _on_cut_off(self) -> None:
+        """Half the TTL without contact: stop every job, and be done (killing if need be) before the
+        scheduler may reassign the GPUs, ``lease_ttl_s`` after the last heartbeat it received. That
+        heartbeat may be one period older than our last contact, hence the margin."""
         self.cut_off = True
         self.counters["cut_offs"] += 1
-        log.warning("no contact with the bus for over %.1f s: suspending %d job(s)", self.cfg.lease_ttl_s,
-                    len(self.table))
+        done_by = self.last_contact + self.cfg.lease_ttl_s - min(self.cfg.heartbeat_s, self.cfg.lease_ttl_s / 4)
+        remaining = max(0.0, done_by - time.monotonic())
+        kill_after = min(self.cfg.kill_after_s, remaining / 4)
+        grace_left = remaining - kill_after
+        log.warning("no contact with the bus for %.1f s: suspending %d job(s) within %.1f s",
+                    time.monotonic() - self.last_contact, len(self.table), grace_left)
         for lease in self.table:
             if not lease.stopping:
-                self._begin_stop(lease, SuspendReason.LEASE_EXPIRED, lease.grant.spec.grace_period_s, propagate=False)
+                grace = min(lease.grant.spec.grace_period_s, grace_left)
+                lease.kill_after_s = kill_after
+                self._begin_stop(lease, SuspendReason.LEASE_EXPIRED, grace, propagate=False)
 
     async def _on_reconnected(self) -> None:
         self.last_contact = time.monotonic()

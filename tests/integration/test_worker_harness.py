@@ -90,10 +90,12 @@ class WorkerProcess:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         with self.log.open("ab") as out:
-            self.process = await asyncio.create_subprocess_exec(*self.args, env=env, cwd=str(REPO),
-                                                                stdout=out, stderr=out)
-        await wait_for(lambda: [e for e in facts.of(NodeRegister) if e.node_id == self.node_id], 20,
-                       f"{self.node_id} registered")
+            self.process = await asyncio.create_subprocess_exec(
+                *self.args, env=env, cwd=str(REPO), stdout=out, stderr=out
+            )
+        await wait_for(
+            lambda: [e for e in facts.of(NodeRegister) if e.node_id == self.node_id], 20, f"{self.node_id} registered"
+        )
 
     async def stop(self, timeout_s: float = 15.0) -> int:
         assert self.process is not None
@@ -111,7 +113,7 @@ class WorkerProcess:
 
 
 # --- a tiny training script (pure Python: no torch import, so it starts in ~0.1 s) --------------------
-LOOP_SCRIPT = textwrap.dedent('''
+LOOP_SCRIPT = textwrap.dedent("""
     import os, sys, time, signal
     from roundhouse import train
 
@@ -141,7 +143,7 @@ LOOP_SCRIPT = textwrap.dedent('''
     if job.stopping or job.iteration == iterations:
         job.checkpoint(extra=state)
     job.close()
-''')
+""")
 
 
 def write_script(tmp: Path) -> Path:
@@ -161,9 +163,19 @@ class Scheduler:
         self.bus = bus
         self.epoch = epoch
 
-    def grant(self, node: str, job_id: str, command: list[str], *, gpus: list[int] | None = None,
-              lease_id: str | None = None, world: WorldInfo | None = None, epoch: int | None = None,
-              resume: JobSuspended | None = None, grace_s: float = 5.0) -> LeaseGrant:
+    def grant(
+        self,
+        node: str,
+        job_id: str,
+        command: list[str],
+        *,
+        gpus: list[int] | None = None,
+        lease_id: str | None = None,
+        world: WorldInfo | None = None,
+        epoch: int | None = None,
+        resume: JobSuspended | None = None,
+        grace_s: float = 5.0,
+    ) -> LeaseGrant:
         return LeaseGrant(
             epoch=self.epoch if epoch is None else epoch, lease_id=lease_id or f"l-{uuid.uuid4().hex[:10]}",
             job_id=job_id, node_id=node, gpus=gpus or [0], spec=spec(*command, grace_s=grace_s), world=world,
@@ -174,16 +186,18 @@ class Scheduler:
     async def send(self, grant: LeaseGrant) -> LeaseAck:
         return await self.bus.request(lease_grant(grant.node_id), grant, LeaseAck, timeout_s=5)
 
-    async def revoke(self, grant: LeaseGrant, *, grace_s: float = 5.0, epoch: int | None = None,
-                     node: str | None = None) -> LeaseAck:
+    async def revoke(
+        self, grant: LeaseGrant, *, grace_s: float = 5.0, epoch: int | None = None, node: str | None = None
+    ) -> LeaseAck:
         revoke = LeaseRevoke(epoch=self.epoch if epoch is None else epoch, lease_id=grant.lease_id,
                              job_id=grant.job_id, node_id=node or grant.node_id, reason=RevokeReason.PREEMPT,
                              grace_s=grace_s)  # fmt: skip
         return await self.bus.request(lease_revoke(revoke.node_id), revoke, LeaseAck, timeout_s=5)
 
     async def stop_at(self, grant: LeaseGrant, stop_at: int, *, epoch: int) -> LeaseAck:
-        command = LeaseStopAt(epoch=epoch, lease_id=grant.lease_id, job_id=grant.job_id, node_id=grant.node_id,
-                              stop_at=stop_at, grace_s=5)
+        command = LeaseStopAt(
+            epoch=epoch, lease_id=grant.lease_id, job_id=grant.job_id, node_id=grant.node_id, stop_at=stop_at, grace_s=5
+        )
         return await self.bus.request(lease_stop(grant.node_id), command, LeaseAck, timeout_s=5)
 
 
@@ -192,21 +206,25 @@ def steps(checkpoint_dir: Path, rank: int = 0) -> list[int]:
     return [int(line) for line in path.read_text().split()] if path.exists() else []
 
 
-async def test_worker_registers_its_fake_inventory_and_heartbeats(broker: Any, bus: Bus, namespace: str,
-                                                                  tmp_path: Path) -> None:
+async def test_worker_registers_its_fake_inventory_and_heartbeats(
+    broker: Any, bus: Bus, namespace: str, tmp_path: Path
+) -> None:
     facts = await collect(bus)
-    worker = WorkerProcess(broker.url, namespace, "reg-node", tmp_path / "w", "--fake-gpus", "3",
-                           "--heartbeat-s", "0.2")
+    worker = WorkerProcess(
+        broker.url, namespace, "reg-node", tmp_path / "w", "--fake-gpus", "3", "--heartbeat-s", "0.2"
+    )
     await worker.start(facts)
     try:
         register = next(e for e in facts.of(NodeRegister) if e.node_id == "reg-node")
         assert [g.index for g in register.gpus] == [0, 1, 2]
         assert len({g.uuid for g in register.gpus}) == 3
         assert register.lease_ttl_s == 10.0
-        beats = await wait_for(lambda: [e for e in facts.of(NodeHeartbeat) if e.node_id == "reg-node"][2:], 5,
-                               "three heartbeats")
+        beats = await wait_for(
+            lambda: [e for e in facts.of(NodeHeartbeat) if e.node_id == "reg-node"][2:], 5, "three heartbeats"
+        )
         seqs = [b.seq for b in facts.of(NodeHeartbeat) if b.node_id == "reg-node"]
-        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+        assert seqs == sorted(seqs)
+        assert len(set(seqs)) == len(seqs)
         assert all(b.incarnation == register.incarnation for b in beats)
         assert beats[-1].leases == []
     finally:

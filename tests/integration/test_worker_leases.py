@@ -54,8 +54,20 @@ async def cluster(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> A
     bus = await Bus.connect(broker.url, name="test-scheduler", options=BusOptions(namespace=namespace))
     facts = await collect(bus)
     work_dir = tmp / "node"
-    worker = WorkerProcess(broker.url, namespace, NODE, work_dir, "--fake-gpus", "2", "--heartbeat-s", "0.2",
-                           "--metrics-s", "0.1", "--kill-after-s", "0.5")
+    worker = WorkerProcess(
+        broker.url,
+        namespace,
+        NODE,
+        work_dir,
+        "--fake-gpus",
+        "2",
+        "--heartbeat-s",
+        "0.2",
+        "--metrics-s",
+        "0.1",
+        "--kill-after-s",
+        "0.5",
+    )
     await worker.start(facts)
     try:
         yield Cluster(bus, facts, Scheduler(bus), write_script(tmp), work_dir)
@@ -73,18 +85,30 @@ async def test_a_granted_job_runs_to_completion_and_reports_it(cluster: Cluster)
     job = job_id()
     grant = cluster.scheduler.grant(NODE, job, cluster.loop(40))
     ack = await cluster.scheduler.send(grant)
-    assert ack.accepted and not ack.duplicate
+    assert ack.accepted
+    assert not ack.duplicate
     started = await cluster.facts.one(JobStarted, job)
-    assert started.lease_id == grant.lease_id and started.gpus == [0] and started.epoch == grant.epoch
+    assert started.lease_id == grant.lease_id
+    assert started.gpus == [0]
+    assert started.epoch == grant.epoch
     end = await cluster.facts.end(job)
     assert isinstance(end, JobCompleted), end
-    assert end.iteration == 40 and end.exit_code == 0 and end.reason is CompletionReason.ITERATIONS
+    assert end.iteration == 40
+    assert end.exit_code == 0
+    assert end.reason is CompletionReason.ITERATIONS
     assert steps(cluster.ckpt_dir(job)) == list(range(40))
     metrics = cluster.facts.of(JobMetrics, job)
-    assert metrics and metrics[-1].lease_id == grant.lease_id and metrics[-1].loss is not None
+    assert metrics
+    assert metrics[-1].lease_id == grant.lease_id
+    assert metrics[-1].loss is not None
     # The lease leaves the heartbeat once its process is gone.
-    await wait_for(lambda: [b for b in cluster.facts.of(NodeHeartbeat)
-                            if b.node_id == NODE and b.ts > end.ts and grant.lease_id not in b.lease_ids])
+    await wait_for(
+        lambda: [
+            b
+            for b in cluster.facts.of(NodeHeartbeat)
+            if b.node_id == NODE and b.ts > end.ts and grant.lease_id not in b.lease_ids
+        ]
+    )
 
 
 async def test_a_revoked_job_stops_at_an_iteration_boundary_and_resumes_without_repeating(cluster: Cluster) -> None:
@@ -97,22 +121,27 @@ async def test_a_revoked_job_stops_at_an_iteration_boundary_and_resumes_without_
     assert (await sched.revoke(grant)).accepted
     suspended = await cluster.facts.end(job)
     assert isinstance(suspended, JobSuspended), suspended
-    assert not suspended.grace_expired and suspended.stop_s is not None and suspended.stop_s < 5
+    assert not suspended.grace_expired
+    assert suspended.stop_s is not None
+    assert suspended.stop_s < 5
     assert suspended.checkpoint_iteration == suspended.iteration
     assert suspended.checkpoint_path == str(cluster.ckpt_dir(job) / "checkpoint.pt")
     assert 5 <= suspended.iteration < 300
     # The revoke again: the lease is over, a retry is acked as a duplicate.
     again = await sched.revoke(grant)
-    assert again.accepted and again.duplicate
+    assert again.accepted
+    assert again.duplicate
     done_before = steps(cluster.ckpt_dir(job))
     assert done_before == list(range(suspended.iteration))
 
     second = sched.grant(NODE, job, cluster.loop(300, 0.001), resume=suspended)
     assert (await sched.send(second)).accepted
     resumed = await wait_for(lambda: [e for e in cluster.facts.of(JobStarted, job) if e.lease_id == second.lease_id])
-    assert resumed[0].iteration == suspended.iteration and resumed[0].resumed_from == suspended.checkpoint_path
+    assert resumed[0].iteration == suspended.iteration
+    assert resumed[0].resumed_from == suspended.checkpoint_path
     end = await wait_for(lambda: [e for e in cluster.facts.end_of(job) if e.lease_id == second.lease_id])
-    assert isinstance(end[0], JobCompleted) and end[0].iteration == 300
+    assert isinstance(end[0], JobCompleted)
+    assert end[0].iteration == 300
     assert steps(cluster.ckpt_dir(job)) == list(range(300))  # nothing repeated, nothing skipped
 
 
@@ -124,9 +153,12 @@ async def test_commands_from_an_older_epoch_are_refused(cluster: Cluster) -> Non
     sched.epoch += 10
     stale = sched.grant(NODE, job_id(), cluster.loop(5), epoch=sched.epoch - 1, gpus=[1])
     ack = await sched.send(stale)
-    assert not ack.accepted and ack.error is LeaseAckError.STALE_EPOCH and ack.epoch_seen == sched.epoch
+    assert not ack.accepted
+    assert ack.error is LeaseAckError.STALE_EPOCH
+    assert ack.epoch_seen == sched.epoch
     stale_revoke = await sched.revoke(newer, epoch=sched.epoch - 1)
-    assert not stale_revoke.accepted and stale_revoke.error is LeaseAckError.STALE_EPOCH
+    assert not stale_revoke.accepted
+    assert stale_revoke.error is LeaseAckError.STALE_EPOCH
     stale_stop = await sched.stop_at(newer, 1, epoch=sched.epoch - 3)
     assert stale_stop.error is LeaseAckError.STALE_EPOCH
     assert isinstance(await cluster.facts.end(job), JobCompleted)
@@ -138,8 +170,11 @@ async def test_duplicate_grants_launch_once_and_busy_or_missing_gpus_are_refused
     job = job_id()
     grant = sched.grant(NODE, job, cluster.loop(200, 0.01), gpus=[1])
     first, second = await sched.send(grant), await sched.send(grant)
-    assert first.accepted and not first.duplicate
-    assert second.accepted and second.duplicate and second.leases_held is not None
+    assert first.accepted
+    assert not first.duplicate
+    assert second.accepted
+    assert second.duplicate
+    assert second.leases_held is not None
     busy = await sched.send(sched.grant(NODE, job_id(), cluster.loop(5), gpus=[1]))
     assert busy.error is LeaseAckError.GPU_BUSY
     missing = await sched.send(sched.grant(NODE, job_id(), cluster.loop(5), gpus=[7]))
@@ -163,19 +198,24 @@ async def test_exit_codes_become_failures_with_the_stderr_tail(cluster: Cluster)
     assert (await sched.send(sched.grant(NODE, crash, cluster.loop(10, 0.001, "crash")))).accepted
     failed = await cluster.facts.end(crash)
     assert isinstance(failed, JobFailed), failed
-    assert failed.reason is FailureReason.EXIT_CODE and failed.exit_code == 3 and failed.iteration == 3
+    assert failed.reason is FailureReason.EXIT_CODE
+    assert failed.exit_code == 3
+    assert failed.iteration == 3
     assert "boom: out of patience" in failed.message
 
     missing = job_id()
     assert (await sched.send(sched.grant(NODE, missing, ["/nonexistent/python", "x.py"]))).accepted
     launch = await cluster.facts.end(missing)
-    assert isinstance(launch, JobFailed) and launch.reason is FailureReason.LAUNCH_ERROR
+    assert isinstance(launch, JobFailed)
+    assert launch.reason is FailureReason.LAUNCH_ERROR
     assert "/nonexistent/python" in launch.message
 
     killed = job_id()
-    assert (await sched.send(sched.grant(NODE, killed, [sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"])))
+    assert await sched.send(sched.grant(NODE, killed, [sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"]))
     by_signal = await cluster.facts.end(killed)
-    assert isinstance(by_signal, JobFailed) and by_signal.reason is FailureReason.SIGNAL and by_signal.signal == 9
+    assert isinstance(by_signal, JobFailed)
+    assert by_signal.reason is FailureReason.SIGNAL
+    assert by_signal.signal == 9
 
 
 async def test_a_job_that_ignores_the_lease_is_killed_after_its_grace_period(cluster: Cluster) -> None:
@@ -184,12 +224,14 @@ async def test_a_job_that_ignores_the_lease_is_killed_after_its_grace_period(clu
     grant = sched.grant(NODE, job, cluster.loop(0, 0.01, "ignore"))
     assert (await sched.send(grant)).accepted
     await cluster.facts.one(JobStarted, job)
-    await wait_for(lambda: (cluster.ckpt_dir(job) / "checkpoint.pt").exists(), what="a first checkpoint")
+    await wait_for((cluster.ckpt_dir(job) / "checkpoint.pt").exists, what="a first checkpoint")
     assert (await sched.revoke(grant, grace_s=0.5)).accepted
     end = await cluster.facts.end(job)
     assert isinstance(end, JobSuspended), end
     assert end.grace_expired
-    assert end.checkpoint_iteration is not None and end.checkpoint_iteration % 5 == 0
+    assert end.checkpoint_iteration is not None
+    assert end.checkpoint_iteration % 5 == 0
     assert end.iteration >= end.checkpoint_iteration
     # SIGTERM is ignored by the job: the agent needed SIGKILL, kill_after_s (0.5 s) after the grace period.
-    assert end.stop_s is not None and end.stop_s >= 1.0
+    assert end.stop_s is not None
+    assert end.stop_s >= 1.0

@@ -1,0 +1,47 @@
+"""The same MLP trained data-parallel with torch.distributed (gloo, CPU) over several ranks.
+
+A worker agent starts one process per granted GPU (fake or real) with ``MASTER_ADDR``,
+``MASTER_PORT``, ``RANK`` and ``WORLD_SIZE`` set, on one node or several. On a revoke every rank
+stops after the same iteration (two-phase preemption) and rank 0 writes the one checkpoint that
+every rank restores from.
+
+    roundhouse submit --name ddp --gpus 2 -- python examples/train_ddp.py --iterations 2000
+
+Standalone, two ranks on this machine:
+
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=0 python examples/train_ddp.py &
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=2 RANK=1 python examples/train_ddp.py
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from train_mlp import fit, make_data, make_loader, make_model, parse_args
+
+from roundhouse import train
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    job = train.attach()
+    dist.init_process_group("gloo", rank=job.rank, world_size=job.world_size, timeout=datetime.timedelta(seconds=60))
+    try:
+        model = DistributedDataParallel(make_model(args))
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+        restored = job.restore(model, optimizer)  # every rank loads rank 0's checkpoint
+        if restored is not None and job.rank == 0:
+            print(f"resumed from {restored.path} at iteration {restored.iteration}", flush=True)
+        loss = fit(args, job, model, make_loader(args, make_data(args), job), optimizer)
+        state = "stopped for the lease" if job.stopping else "finished"
+        print(f"rank {job.rank}: {state} at iteration {job.iteration}, last loss {loss}", flush=True)
+    finally:
+        dist.destroy_process_group()
+        job.close()
+
+
+if __name__ == "__main__":
+    main()
