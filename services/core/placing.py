@@ -16,7 +16,9 @@ reads only ``Ranking.waiting``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 
 from services.core.decisions import Placement, Plan, Ranking
 from services.core.state import ClusterState, JobState
@@ -28,39 +30,424 @@ Fit = Callable[[JobState, int, FreeMap, ClusterState], "tuple[int, ...] | None"]
 """``fit(job, need, free, cluster)``: the GPUs (from ``free``) a job needing ``need`` GPUs should
 take, or None if this rule finds no acceptable placement. Must not mutate ``free``."""
 
+SingleNode = Callable[[JobState, int, ClusterState], bool]
+"""``single_node(job, need, cluster)``, the optional fast-path companion of a ``Fit`` (exact
+promises about that fit, which tests check):
 
-class _Walk:
-    """Scratch state of one placement walk."""
+* True: ``fit`` finds GPUs iff some node has at least ``need`` free GPUs; it then takes them all
+  from one such node, and which node and GPUs it picks depends only on the free GPUs of the nodes
+  that have at least ``need`` free (a consolidating rule, for a job that fits on one node);
+* False: ``fit`` finds GPUs iff at least ``need`` GPUs are free in all (a rule that may split).
 
-    __slots__ = ("cluster", "free", "free_total")
+With it, ``place_in_order`` calls ``fit`` only when it will succeed and finds the preemption
+victims a job needs from per-node counts, instead of suspending victims one by one and calling
+``fit`` after each (the result is the same; see ``_Victims``)."""
+
+
+class PlacementError(RuntimeError):
+    """A fit rule broke its ``single_node`` promise (a bug in the placement policy)."""
+
+
+class FreeIndex(dict[int, set[int]]):
+    """The ``FreeMap`` of a placement walk, with nodes also indexed by their number of free GPUs.
+
+    It *is* the plain ``{node position: set of free GPU ids}`` map every ``Fit`` reads, so any fit
+    works with it unchanged; fits that know it (``isinstance(free, FreeIndex)``) answer "the best-
+    fitting node", "the nodes in cluster order" or "the nodes with the fewest free GPUs first" from
+    the index, in time independent of the number of nodes with free GPUs, instead of scanning them.
+    Only ``place_in_order`` mutates it (``take``/``give``); fits must treat it and every sequence it
+    returns as read-only.
+    """
+
+    __slots__ = ("_buckets", "_gpu_node", "_nodes", "total", "watch")
 
     def __init__(self, cluster: ClusterState) -> None:
+        super().__init__(cluster.free_by_node())
+        self._gpu_node = cluster.gpu_node_positions
+        nodes = sorted(self)
+        buckets: list[list[int]] = [[] for _ in range(cluster.largest_node_gpus + 1)]
+        for node in nodes:
+            buckets[len(self[node])].append(node)
+        self._nodes = nodes
+        """Nodes with free GPUs, in cluster order."""
+        self._buckets = buckets
+        """``_buckets[c]``: nodes with exactly ``c`` free GPUs, in cluster order (``[0]`` unused)."""
+        self.total: int = cluster.free_gpu_count
+        """Free GPUs in all."""
+        self.watch: set[int] | None = None
+        """If set, every node whose free GPUs change is added to it (the victim search's cue)."""
+
+    # --- queries (for fits) ---------------------------------------------------------------------
+    def best_fit(self, need: int, skip: Container[int] = ()) -> int | None:
+        """The node with the fewest free GPUs that still has ``need`` free (first in cluster order
+        on ties), leaving out the nodes in ``skip``; None if there is none."""
+        buckets = self._buckets
+        for count in range(max(need, 1), len(buckets)):
+            for node in buckets[count]:
+                if node not in skip:
+                    return node
+        return None
+
+    def most_free(self) -> int:
+        """The largest number of free GPUs on one node (0 if none is free)."""
+        buckets = self._buckets
+        for count in range(len(buckets) - 1, 0, -1):
+            if buckets[count]:
+                return count
+        return 0
+
+    def in_order(self) -> Sequence[int]:
+        """Nodes with free GPUs in cluster order (``sorted(free)``), without sorting."""
+        return self._nodes
+
+    def fewest_first(self) -> Iterator[int]:
+        """Nodes with free GPUs by (free GPUs, position): ``sorted(free, key=lambda n: (len(free[n]), n))``."""
+        for bucket in self._buckets[1:]:
+            yield from bucket
+
+    def most_first(self) -> Iterator[int]:
+        """Nodes with free GPUs by (-free GPUs, position)."""
+        for bucket in reversed(self._buckets[1:]):
+            yield from bucket
+
+    # --- mutation (the walk only) ---------------------------------------------------------------
+    def take(self, gpus: Sequence[int]) -> None:
+        gpu_node = self._gpu_node
+        for g in gpus:
+            node = gpu_node[g]
+            free = self[node]
+            count = len(free)
+            free.remove(g)
+            self._moved(node, count, count - 1)
+            if count == 1:
+                del self[node]
+        self.total -= len(gpus)
+
+    def give(self, gpus: Sequence[int]) -> None:
+        gpu_node = self._gpu_node
+        for g in gpus:
+            node = gpu_node[g]
+            free = self.get(node)
+            if free is None:
+                self[node] = {g}
+                self._moved(node, 0, 1)
+            else:
+                count = len(free)
+                free.add(g)
+                self._moved(node, count, count + 1)
+        self.total += len(gpus)
+
+    def all_free(self, gpus: Sequence[int]) -> bool:
+        gpu_node = self._gpu_node
+        for g in gpus:
+            free = self.get(gpu_node[g])
+            if free is None or g not in free:
+                return False
+        return True
+
+    def _moved(self, node: int, old: int, new: int) -> None:
+        if self.watch is not None:
+            self.watch.add(node)
+        buckets = self._buckets
+        if old:
+            bucket = buckets[old]
+            del bucket[bisect_left(bucket, node)]
+        else:
+            insort(self._nodes, node)
+        if new:
+            insort(buckets[new], node)
+        else:
+            nodes = self._nodes
+            del nodes[bisect_left(nodes, node)]
+
+
+class _Fitter:
+    """``fit`` guarded by the cheap conditions its ``single_node`` promise gives."""
+
+    __slots__ = ("cluster", "fit", "free", "single_node")
+
+    def __init__(self, fit: Fit, single_node: SingleNode | None, free: FreeIndex, cluster: ClusterState) -> None:
+        self.fit = fit
+        self.single_node = single_node
+        self.free = free
         self.cluster = cluster
-        self.free: FreeMap = cluster.free_by_node()
-        self.free_total = cluster.free_gpu_count
 
-    def take(self, gpus: tuple[int, ...]) -> None:
-        free = self.free
-        node_of = self.cluster.node_position_of_gpu
-        for g in gpus:
-            node = node_of(g)
-            bucket = free[node]
-            bucket.remove(g)
-            if not bucket:
-                del free[node]
-        self.free_total -= len(gpus)
+    def on_node(self, job: JobState, need: int) -> int:
+        """GPUs the job needs free on one node (``need`` for a single-node rule), else 0."""
+        single_node = self.single_node
+        if single_node is not None and need > 1 and single_node(job, need, self.cluster):
+            return need
+        return 0
 
-    def give(self, gpus: tuple[int, ...]) -> None:
+    def __call__(self, job: JobState, need: int, on_node: int) -> tuple[int, ...] | None:
         free = self.free
-        node_of = self.cluster.node_position_of_gpu
-        for g in gpus:
-            free.setdefault(node_of(g), set()).add(g)
-        self.free_total += len(gpus)
+        if need > free.total or (on_node and free.most_free() < on_node):
+            return None
+        return self.fit(job, need, free, self.cluster)
 
-    def all_free(self, gpus: tuple[int, ...]) -> bool:
+
+_NEVER = 1 << 62
+"""A victim index larger than any: "no prefix of the victims is enough"."""
+
+
+class _Victims:
+    """The running jobs a walk may preempt, lowest-ranked first, and the search for the fewest of
+    them that make room for a job.
+
+    The walk's rule (Blox, with our two corrections) suspends victims from the bottom of the ranking
+    one at a time until the job fits, then gives back the victims whose GPUs it did not use. The
+    victims it suspends for a job are therefore the shortest prefix of the *alive* victims (not
+    suspended so far this round), in that order, after which ``fit`` succeeds. Given the fit's
+    ``single_node`` promise that prefix is computed, not searched:
+
+    * a job that must go on one node needs a node with ``m = need`` free GPUs: for each node, the
+      index of the alive victim at which the node's free GPUs reach ``m`` (``_reach``) is kept in a
+      lazy min-heap per ``m``, refreshed only for nodes whose free GPUs changed (``FreeIndex.watch``);
+      the prefix ends at the heap's minimum, and only the victims on the nodes that reach ``m`` there
+      are handed back to ``fit`` (the promise says the other nodes cannot matter; their victims would
+      be given back anyway);
+    * a job that may be split needs ``need`` free GPUs in all: the prefix ends where the alive
+      victims' GPUs add up, and all of it is handed to ``fit``.
+
+    Victims are read from the ranking lazily, once per round; a victim that loses GPUs to a job is
+    suspended for the rest of the round (skipped through ``_next``, a union-find over indices).
+    Without a ``single_node`` promise the victims are suspended one at a time with a ``fit`` call
+    after each, as the rule says.
+    """
+
+    __slots__ = (
+        "_alive", "_dirty", "_heaps", "_ids", "_jobs", "_next", "_on_node", "_reach", "_source", "fitter", "free",
+        "suspended",
+    )
+
+    def __init__(
+        self,
+        source: Iterator[str],
+        jobs: Mapping[str, JobState],
+        fitter: _Fitter,
+        suspended: dict[str, None],
+    ) -> None:
+        self._source: Iterator[str] | None = source
+        self._jobs = jobs
+        self.fitter = fitter
+        self.free = fitter.free
+        self.suspended = suspended
+        self._ids: list[str] = []
+        self._alive: list[bool] = []
+        self._next: list[int] = []
+        """Union-find: ``_next[i] == i`` while victim ``i`` is alive, else a larger index."""
+        self._on_node: dict[int, list[tuple[int, int]]] = {}
+        """Node -> (victim index, GPUs of that victim on the node), by index."""
+        self._dirty: set[int] = set()
+        self._reach: dict[int, dict[int, int]] = {}
+        """m -> {node: index of the alive victim at which the node has m free GPUs (-1: already)}."""
+        self._heaps: dict[int, list[tuple[int, int]]] = {}
+        if fitter.single_node is not None:
+            self.free.watch = self._dirty
+
+    # --- the victims, in order ----------------------------------------------------------------
+    def _pull(self) -> bool:
+        """Read the next victim from the ranking; False when there is none."""
+        source = self._source
+        if source is None:
+            return False
+        victim_id = next(source, None)
+        if victim_id is None:
+            self._source = None
+            return False
+        index = len(self._ids)
+        self._ids.append(victim_id)
+        self._alive.append(True)
+        self._next.append(index)
+        on_node = self._on_node
+        gpu_node = self.fitter.cluster.gpu_node_positions
+        counts: dict[int, int] = {}
+        for g in self._jobs[victim_id].gpus:
+            node = gpu_node[g]
+            counts[node] = counts.get(node, 0) + 1
+        for node, count in counts.items():
+            entries = on_node.get(node)
+            if entries is None:
+                on_node[node] = [(index, count)]
+            else:
+                entries.append((index, count))
+            self._dirty.add(node)
+        return True
+
+    def _find(self, index: int) -> int:
+        """The first alive victim at or after ``index`` (``len(_ids)`` if none is known)."""
+        nxt = self._next
+        n = len(nxt)
+        root = index
+        while root < n and nxt[root] != root:
+            root = nxt[root]
+        while index < n and nxt[index] != index:
+            nxt[index], index = root, nxt[index]
+        return root
+
+    def _at(self, index: int) -> int | None:
+        """The first alive victim at or after ``index``, reading more from the ranking if needed."""
+        index = self._find(index)
+        while index >= len(self._ids):
+            if not self._pull():
+                return None
+            index = self._find(index)
+        return index
+
+    def lowest(self) -> str | None:
+        """The lowest-ranked alive victim."""
+        index = self._at(0)
+        return None if index is None else self._ids[index]
+
+    def _kill(self, index: int) -> None:
+        self._alive[index] = False
+        self._next[index] = index + 1
+
+    # --- per-node reach ------------------------------------------------------------------------
+    def _reach_of(self, node: int, m: int) -> int:
+        short = m - len(self.free.get(node, ()))
+        if short <= 0:
+            return -1
+        alive = self._alive
+        for index, count in self._on_node[node]:
+            if alive[index]:
+                short -= count
+                if short <= 0:
+                    return index
+        return _NEVER
+
+    def _refresh(self) -> None:
+        dirty = self._dirty
+        if not dirty or not self._reach:
+            return
+        on_node = self._on_node
+        for node in dirty:
+            if node not in on_node:
+                continue
+            for m, reach in self._reach.items():
+                r = self._reach_of(node, m)
+                if reach.get(node, _NEVER) != r:
+                    reach[node] = r
+                    if r != _NEVER:
+                        heapq.heappush(self._heaps[m], (r, node))
+        dirty.clear()
+
+    def _min_reach(self, m: int) -> int:
+        reach = self._reach.get(m)
+        if reach is None:
+            self._dirty.update(self._on_node)  # start tracking m on every node with victims
+            self._reach[m] = {}
+            self._heaps[m] = []
+            reach = self._reach[m]
+        self._refresh()
+        heap = self._heaps[m]
+        while heap:
+            r, node = heap[0]
+            if reach.get(node) == r:
+                return r
+            heapq.heappop(heap)
+        return _NEVER
+
+    # --- the search ----------------------------------------------------------------------------
+    def make_room(
+        self, job: JobState, need: int, on_node: int, eligible: Callable[[str], bool]
+    ) -> tuple[tuple[int, ...] | None, int]:
+        """Suspend the fewest victims ``eligible`` allows so that ``job`` fits, and place it.
+
+        Returns the job's GPUs (already taken; None if it cannot fit: nothing changed) and how
+        many victims stay suspended.
+        """
+        if self.fitter.single_node is None:
+            return self._one_by_one(job, need, on_node, eligible)
+        ids = self._ids
+        if on_node:
+            while True:
+                last = self._min_reach(on_node)
+                if last != _NEVER:
+                    break
+                if (ids and not eligible(ids[-1])) or not self._pull():
+                    return None, 0
+            if last < 0 or not eligible(ids[last]):
+                return None, 0
+            gpu_node = self.fitter.cluster.gpu_node_positions
+            reach = self._reach[on_node]
+            alive = self._alive
+            chosen: set[int] = set()
+            for node in {gpu_node[g] for g in self._jobs[ids[last]].gpus}:
+                if reach.get(node) == last:
+                    chosen.update(i for i, _ in self._on_node[node] if i <= last and alive[i])
+            return self._place(job, need, on_node, sorted(chosen))
+        short = need - self.free.total
+        taken: list[int] = []
+        index = self._at(0)
+        while index is not None and eligible(ids[index]):
+            taken.append(index)
+            short -= len(self._jobs[ids[index]].gpus)
+            if short <= 0:
+                return self._place(job, need, on_node, taken)
+            index = self._at(index + 1)
+        return None, 0
+
+    def _place(self, job: JobState, need: int, on_node: int, chosen: list[int]) -> tuple[tuple[int, ...], int]:
         free = self.free
-        node_of = self.cluster.node_position_of_gpu
-        return all(g in free.get(node_of(g), ()) for g in gpus)
+        ids = self._ids
+        jobs = self._jobs
+        suspended = self.suspended
+        for index in chosen:
+            free.give(jobs[ids[index]].gpus)
+            suspended[ids[index]] = None
+        gpus = self.fitter(job, need, on_node)
+        if gpus is None:
+            raise PlacementError(
+                f"the placement rule found no GPUs for job {job.job_id!r} ({need} GPUs) although its "
+                f"single_node promise says it must; fix the policy's fit or single_node function"
+            )
+        free.take(gpus)
+        return gpus, self._keep_unused(chosen)
+
+    def _keep_unused(self, chosen: list[int]) -> int:
+        """Give back the victims (highest-ranked first) whose GPUs all stayed free."""
+        free = self.free
+        jobs = self._jobs
+        ids = self._ids
+        suspended = self.suspended
+        died = 0
+        for index in reversed(chosen):
+            victim = jobs[ids[index]]
+            if free.all_free(victim.gpus):
+                free.take(victim.gpus)
+                del suspended[victim.job_id]
+            else:
+                self._kill(index)
+                died += 1
+        return died
+
+    def _one_by_one(
+        self, job: JobState, need: int, on_node: int, eligible: Callable[[str], bool]
+    ) -> tuple[tuple[int, ...] | None, int]:
+        """The rule as stated, for fits without a ``single_node`` promise: one ``fit`` per victim."""
+        free = self.free
+        ids = self._ids
+        jobs = self._jobs
+        suspended = self.suspended
+        taken: list[int] = []
+        gpus: tuple[int, ...] | None = None
+        index = self._at(0)
+        while index is not None and eligible(ids[index]):
+            free.give(jobs[ids[index]].gpus)
+            suspended[ids[index]] = None
+            taken.append(index)
+            gpus = self.fitter(job, need, on_node)
+            if gpus is not None:
+                break
+            index = self._at(index + 1)
+        if gpus is None:
+            for index in taken:  # nothing gained: every victim keeps running
+                free.take(jobs[ids[index]].gpus)
+                del suspended[ids[index]]
+            return None, 0
+        free.take(gpus)
+        return gpus, self._keep_unused(taken)
 
 
 def place_in_order(
@@ -70,14 +457,18 @@ def place_in_order(
     fit: Fit,
     *,
     backfill: bool = False,
+    single_node: SingleNode | None = None,
 ) -> Placement:
     """Walk ``ranking`` and place jobs with ``fit``; see the module docstring for the rules.
 
     ``backfill`` lets lower-ranked jobs use GPUs that a blocked higher-ranked job cannot use (the
     walk then continues past a blocked job; without it the first blocked job ends the round, as in
     Blox). Backfilling may read deep into the queue while a few GPUs stay free, so it costs more.
+    ``single_node`` (see ``SingleNode``) states what ``fit`` needs, so the walk calls it only when
+    it will succeed and finds victims without trying them one by one; the result is the same.
     """
-    walk = _Walk(cluster)
+    free = FreeIndex(cluster)
+    fitter = _Fitter(fit, single_node, free, cluster)
     launch: dict[str, tuple[int, ...]] = {}
     suspended: dict[str, None] = {}  # insertion-ordered set
     terminate = ranking.terminate
@@ -85,37 +476,30 @@ def place_in_order(
     for job_id in terminate:
         job = jobs.get(job_id)
         if job is not None and job.is_running:
-            walk.give(job.gpus)
-
-    def try_fit(job: JobState, need: int) -> tuple[int, ...] | None:
-        if need > walk.free_total:
-            return None
-        return fit(job, need, walk.free, cluster)
+            free.give(job.gpus)
 
     if not ranking.preempt and not targets:
         waiting = ranking.waiting
         if waiting is None:
             waiting = [j for j in ranking.order if not jobs[j].is_running]
         for job_id in waiting:
-            if walk.free_total <= 0:
+            if free.total <= 0:
                 break
             if job_id in terminate:
                 continue
             job = jobs[job_id]
-            gpus = try_fit(job, job.spec.gpus)
+            need = job.spec.gpus
+            gpus = fitter(job, need, fitter.on_node(job, need))
             if gpus is None:
                 if backfill:
                     continue
                 break
-            walk.take(gpus)
+            free.take(gpus)
             launch[job_id] = gpus
         return _result(ranking, jobs, launch, suspended)
 
     if ranking.key is not None and ranking.running is not None and ranking.waiting is not None and not targets:
-        _two_pointer(
-            ranking=ranking, jobs=jobs, walk=walk, try_fit=try_fit, launch=launch, suspended=suspended,
-            backfill=backfill,
-        )
+        _two_pointer(ranking=ranking, jobs=jobs, fitter=fitter, launch=launch, suspended=suspended, backfill=backfill)
         return _result(ranking, jobs, launch, suspended)
 
     running: Sequence[str] = ranking.running if ranking.running is not None else [
@@ -124,11 +508,19 @@ def place_in_order(
     # Unseen running jobs are running[seen:]; victims come from the end (lowest-ranked first).
     position = {job_id: i for i, job_id in enumerate(running)}
     seen = 0
-    low = len(running)
     remaining = len(running) - sum(1 for j in terminate if j in position)
 
+    def source() -> Iterator[str]:
+        for victim_id in reversed(running):
+            if victim_id not in suspended and victim_id not in terminate:
+                yield victim_id
+
+    def below(victim_id: str) -> bool:
+        return position[victim_id] >= seen
+
+    victims: _Victims | None = None
     for job_id in ranking.order:
-        if walk.free_total <= 0 and remaining <= 0:
+        if free.total <= 0 and remaining <= 0:
             break
         if job_id in terminate:
             if job_id in position:
@@ -144,53 +536,35 @@ def place_in_order(
             if target is None or target == len(job.gpus):
                 continue
             # Elastic resize: give the GPUs back and place the job again with its new count.
-            walk.give(job.gpus)
-            gpus = try_fit(job, target)
+            free.give(job.gpus)
+            gpus = fitter(job, target, fitter.on_node(job, target))
             if gpus is None:
                 suspended[job_id] = None
                 continue
-            walk.take(gpus)
+            free.take(gpus)
             if tuple(sorted(gpus)) != tuple(sorted(job.gpus)):
                 suspended[job_id] = None
                 launch[job_id] = gpus
             continue
         need = targets.get(job_id, job.spec.gpus)
-        gpus = try_fit(job, need)
+        on_node = fitter.on_node(job, need)
+        gpus = fitter(job, need, on_node)
         if gpus is None and ranking.preempt:
-            taken: list[int] = []
-            low_before = low
-            while low > seen and gpus is None:
-                low -= 1
-                victim_id = running[low]
-                if victim_id in suspended or victim_id in terminate:
-                    continue
-                victim = jobs[victim_id]
-                walk.give(victim.gpus)
-                suspended[victim_id] = None
-                remaining -= 1
-                taken.append(low)
-                gpus = try_fit(job, need)
-            if gpus is None:
-                for index in taken:  # nothing gained: every victim keeps running
-                    _restore(walk, jobs[running[index]], suspended)
-                remaining += len(taken)
-                low = low_before
-            else:
-                walk.take(gpus)
+            if victims is None:
+                victims = _Victims(source(), jobs, fitter, suspended)
+            gpus, died = victims.make_room(job, need, on_node, below)
+            remaining -= died
+            if gpus is not None:
                 launch[job_id] = gpus
-                for index in reversed(taken):  # highest-ranked victim first
-                    victim = jobs[running[index]]
-                    if walk.all_free(victim.gpus):
-                        _restore(walk, victim, suspended)
-                        remaining += 1
-                        low = max(low, index + 1)
                 continue
         if gpus is None:
             if backfill:
                 continue
             break
-        walk.take(gpus)
+        free.take(gpus)
         launch[job_id] = gpus
+    if victims is not None:
+        free.watch = None
     return _result(ranking, jobs, launch, suspended)
 
 
@@ -198,8 +572,7 @@ def _two_pointer(
     *,
     ranking: Ranking,
     jobs: Mapping[str, JobState],
-    walk: _Walk,
-    try_fit: Callable[[JobState, int], tuple[int, ...] | None],
+    fitter: _Fitter,
     launch: dict[str, tuple[int, ...]],
     suspended: dict[str, None],
     backfill: bool,
@@ -214,67 +587,40 @@ def _two_pointer(
     assert ranking.running is not None
     assert ranking.waiting is not None
     terminate = ranking.terminate
-    victims = reversed(ranking.running)
-    returned: list[str] = []  # victims given back, lowest-ranked last (a stack)
+    preempt = ranking.preempt
+    free = fitter.free
+    running = ranking.running
+    source = (j for j in reversed(running) if j not in terminate)
+    victims = _Victims(source, jobs, fitter, suspended)
+    rank: object = None
 
-    def peek() -> str | None:
-        while True:
-            if returned:
-                return returned[-1]
-            victim_id = next(victims, None)
-            if victim_id is None:
-                return None
-            if victim_id not in terminate:
-                returned.append(victim_id)
+    def below(victim_id: str) -> bool:
+        return bool(key(victim_id) > rank)
 
     for job_id in ranking.waiting:
         if job_id in terminate:
             continue
         rank = key(job_id)
-        if walk.free_total <= 0:
-            victim_id = peek()
-            if victim_id is None or not ranking.preempt or not key(victim_id) > rank:
+        if free.total <= 0:
+            lowest = victims.lowest()
+            if lowest is None or not preempt or not key(lowest) > rank:
                 break
         job = jobs[job_id]
-        gpus = try_fit(job, job.spec.gpus)
-        if gpus is None and ranking.preempt:
-            taken: list[str] = []
-            while True:
-                victim_id = peek()
-                if victim_id is None or not key(victim_id) > rank:
-                    break
-                returned.pop()
-                victim = jobs[victim_id]
-                walk.give(victim.gpus)
-                suspended[victim_id] = None
-                taken.append(victim_id)
-                gpus = try_fit(job, job.spec.gpus)
-                if gpus is not None:
-                    break
-            if gpus is None:
-                for victim_id in reversed(taken):
-                    _restore(walk, jobs[victim_id], suspended)
-                    returned.append(victim_id)
-            else:
-                walk.take(gpus)
+        need = job.spec.gpus
+        on_node = fitter.on_node(job, need)
+        gpus = fitter(job, need, on_node)
+        if gpus is None and preempt:
+            gpus, _ = victims.make_room(job, need, on_node, below)
+            if gpus is not None:
                 launch[job_id] = gpus
-                for victim_id in reversed(taken):  # highest-ranked victim first
-                    victim = jobs[victim_id]
-                    if walk.all_free(victim.gpus):  # its GPUs were not needed after all
-                        _restore(walk, victim, suspended)
-                        returned.append(victim_id)
                 continue
         if gpus is None:
             if backfill:
                 continue
             break
-        walk.take(gpus)
+        free.take(gpus)
         launch[job_id] = gpus
-
-
-def _restore(walk: _Walk, victim: JobState, suspended: dict[str, None]) -> None:
-    walk.take(victim.gpus)
-    del suspended[victim.job_id]
+    free.watch = None
 
 
 def _result(

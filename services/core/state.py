@@ -190,6 +190,11 @@ class ClusterState:
         """Index (in ``node_ids``) of the node that holds ``gpu_id``."""
         return self._gpu_node[gpu_id]
 
+    @property
+    def gpu_node_positions(self) -> list[int]:
+        """``node_position_of_gpu`` as a list indexed by GPU id (read-only; for hot loops)."""
+        return self._gpu_node
+
     def is_free(self, gpu_id: int) -> bool:
         return not self.gpu_jobs[gpu_id]
 

@@ -20,13 +20,15 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from services.core.decisions import Placement, Ranking
-from services.core.placing import FreeMap, place_in_order
+from services.core.placing import FreeIndex, FreeMap, place_in_order
 from services.core.registry import PLACEMENT
 from services.core.state import ClusterState, JobState
 
 
 def consolidated_fit(job: JobState, need: int, free: FreeMap, cluster: ClusterState) -> tuple[int, ...] | None:
     """GPUs on the fewest nodes; a job that fits on one node is never split."""
+    if isinstance(free, FreeIndex):
+        return _indexed_fit(need, free, cluster)
     best = _best_fit(free, need)
     if best is not None:
         return tuple(sorted(free[best])[:need])
@@ -42,6 +44,37 @@ def consolidated_fit(job: JobState, need: int, free: FreeMap, cluster: ClusterSt
             return tuple(chosen)
         node = min(unused, key=lambda n: (-len(unused[n]), n))  # else the fullest free node, whole
         gpus = unused.pop(node)
+        chosen.extend(sorted(gpus))
+        remaining -= len(gpus)
+    return tuple(chosen) if remaining == 0 else None
+
+
+def consolidated_single_node(job: JobState, need: int, cluster: ClusterState) -> bool:
+    """``consolidated_fit``'s ``services.core.placing.SingleNode`` promise: a job that fits on one
+    node goes on the best-fitting node with ``need`` free GPUs; a wider one needs ``need`` in all."""
+    return need <= cluster.largest_node_gpus
+
+
+def _indexed_fit(need: int, free: FreeIndex, cluster: ClusterState) -> tuple[int, ...] | None:
+    """``consolidated_fit`` answered from the walk's index (same result, no scan over nodes)."""
+    best = free.best_fit(need)
+    if best is not None:
+        return tuple(sorted(free[best])[:need])
+    if need <= cluster.largest_node_gpus or need > free.total:
+        return None
+    chosen: list[int] = []
+    remaining = need
+    used: set[int] = set()
+    while remaining > 0:
+        node = free.best_fit(remaining, used)
+        if node is not None:  # the rest fits on one node
+            chosen.extend(sorted(free[node])[:remaining])
+            return tuple(chosen)
+        node = next((n for n in free.most_first() if n not in used), None)  # the fullest node, whole
+        if node is None:
+            break
+        used.add(node)
+        gpus = free[node]
         chosen.extend(sorted(gpus))
         remaining -= len(gpus)
     return tuple(chosen) if remaining == 0 else None
@@ -77,4 +110,6 @@ class Consolidated:
     def place(
         self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float
     ) -> Placement:
-        return place_in_order(ranking, jobs, cluster, consolidated_fit, backfill=self.backfill)
+        return place_in_order(
+            ranking, jobs, cluster, consolidated_fit, backfill=self.backfill, single_node=consolidated_single_node
+        )

@@ -8,11 +8,11 @@ does not fit) is ``services.core.placing.place_in_order``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 from services.core.decisions import Placement, Ranking
-from services.core.placing import FreeMap, place_in_order
+from services.core.placing import FreeIndex, FreeMap, place_in_order
 from services.core.registry import PLACEMENT
 from services.core.state import ClusterState, JobState
 
@@ -20,12 +20,24 @@ from services.core.state import ClusterState, JobState
 def first_free_fit(job: JobState, need: int, free: FreeMap, cluster: ClusterState) -> tuple[int, ...] | None:
     """The ``need`` lowest free GPU ids, taken node by node in cluster order."""
     chosen: list[int] = []
-    for node in sorted(free):
+    if isinstance(free, FreeIndex):  # the walk's index: nodes already in order, total known
+        if need > free.total:
+            return None
+        nodes: Sequence[int] = free.in_order()
+    else:
+        nodes = sorted(free)
+    for node in nodes:
         for gpu in sorted(free[node]):
             chosen.append(gpu)
             if len(chosen) == need:
                 return tuple(chosen)
     return None
+
+
+def first_free_single_node(job: JobState, need: int, cluster: ClusterState) -> bool:
+    """``first_free_fit``'s ``services.core.placing.SingleNode`` promise: it may split any job, and
+    finds GPUs whenever ``need`` are free in all."""
+    return False
 
 
 @PLACEMENT.register("first-free")
@@ -41,4 +53,6 @@ class FirstFree:
     def place(
         self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float
     ) -> Placement:
-        return place_in_order(ranking, jobs, cluster, first_free_fit, backfill=self.backfill)
+        return place_in_order(
+            ranking, jobs, cluster, first_free_fit, backfill=self.backfill, single_node=first_free_single_node
+        )
