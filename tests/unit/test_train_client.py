@@ -59,7 +59,7 @@ def test_a_failed_checkpoint_keeps_the_previous_one(tmp_path: Path) -> None:
 
 def test_load_refuses_foreign_or_missing_files(tmp_path: Path) -> None:
     (tmp_path / "foreign.pt").write_bytes(pickle.dumps({"weights": 1}))
-    with pytest.raises(CheckpointError, match="not a roundhouse.train checkpoint"):
+    with pytest.raises(CheckpointError, match=r"not a roundhouse\.train checkpoint"):
         load_checkpoint(tmp_path / "foreign.pt")
     (tmp_path / "torn.pt").write_bytes(b"\x80\x05garbage")
     with pytest.raises(CheckpointError, match="cannot be read"):
