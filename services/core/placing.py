@@ -21,7 +21,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 
 from services.core.decisions import Placement, Plan, Ranking
-from services.core.state import ClusterState, JobState
+from services.core.state import ClusterState, JobState, JobStatus
 
 FreeMap = dict[int, set[int]]
 """Free GPUs by node position (``ClusterState.node_ids`` index); nodes without free GPUs absent."""
@@ -113,28 +113,45 @@ class FreeIndex(dict[int, set[int]]):
     # --- mutation (the walk only) ---------------------------------------------------------------
     def take(self, gpus: Sequence[int]) -> None:
         gpu_node = self._gpu_node
-        for g in gpus:
-            node = gpu_node[g]
-            free = self[node]
-            count = len(free)
+        node = -1
+        free: set[int] = set()
+        count = 0
+        for g in gpus:  # one index update per run of GPUs on the same node
+            at = gpu_node[g]
+            if at != node:
+                if node >= 0:
+                    self._moved(node, count, len(free))
+                    if not free:
+                        del self[node]
+                node = at
+                free = self[node]
+                count = len(free)
             free.remove(g)
-            self._moved(node, count, count - 1)
-            if count == 1:
+        if node >= 0:
+            self._moved(node, count, len(free))
+            if not free:
                 del self[node]
         self.total -= len(gpus)
 
     def give(self, gpus: Sequence[int]) -> None:
         gpu_node = self._gpu_node
+        node = -1
+        free: set[int] = set()
+        count = 0
         for g in gpus:
-            node = gpu_node[g]
-            free = self.get(node)
-            if free is None:
-                self[node] = {g}
-                self._moved(node, 0, 1)
-            else:
+            at = gpu_node[g]
+            if at != node:
+                if node >= 0:
+                    self._moved(node, count, len(free))
+                node = at
+                got = self.get(node)
+                if got is None:
+                    got = self[node] = set()
+                free = got
                 count = len(free)
-                free.add(g)
-                self._moved(node, count, count + 1)
+            free.add(g)
+        if node >= 0:
+            self._moved(node, count, len(free))
         self.total += len(gpus)
 
     def all_free(self, gpus: Sequence[int]) -> bool:
@@ -146,6 +163,8 @@ class FreeIndex(dict[int, set[int]]):
         return True
 
     def _moved(self, node: int, old: int, new: int) -> None:
+        if old == new:
+            return
         if self.watch is not None:
             self.watch.add(node)
         buckets = self._buckets
@@ -186,6 +205,7 @@ class _Fitter:
         return self.fit(job, need, free, self.cluster)
 
 
+_RUNNING = JobStatus.RUNNING
 _NEVER = 1 << 62
 """A victim index larger than any: "no prefix of the victims is enough"."""
 
@@ -216,8 +236,8 @@ class _Victims:
     """
 
     __slots__ = (
-        "_alive", "_dirty", "_heaps", "_ids", "_jobs", "_next", "_on_node", "_reach", "_source", "fitter", "free",
-        "suspended",
+        "_alive", "_dirty", "_heaps", "_ids", "_jobs", "_next", "_on_node", "_reach", "_source", "_tracked", "fitter",
+        "free", "suspended",
     )
 
     def __init__(
@@ -242,6 +262,8 @@ class _Victims:
         self._reach: dict[int, dict[int, int]] = {}
         """m -> {node: index of the alive victim at which the node has m free GPUs (-1: already)}."""
         self._heaps: dict[int, list[tuple[int, int]]] = {}
+        self._tracked: list[int] = []
+        """The m values asked about so far, ascending."""
         if fitter.single_node is not None:
             self.free.watch = self._dirty
 
@@ -261,10 +283,15 @@ class _Victims:
         self._next.append(index)
         on_node = self._on_node
         gpu_node = self.fitter.cluster.gpu_node_positions
-        counts: dict[int, int] = {}
-        for g in self._jobs[victim_id].gpus:
-            node = gpu_node[g]
-            counts[node] = counts.get(node, 0) + 1
+        gpus = self._jobs[victim_id].gpus
+        first = gpu_node[gpus[0]] if gpus else -1
+        if all(gpu_node[g] == first for g in gpus):  # the common case: one node
+            counts = {first: len(gpus)} if gpus else {}
+        else:
+            counts = {}
+            for g in gpus:
+                node = gpu_node[g]
+                counts[node] = counts.get(node, 0) + 1
         for node, count in counts.items():
             entries = on_node.get(node)
             if entries is None:
@@ -304,41 +331,46 @@ class _Victims:
         self._next[index] = index + 1
 
     # --- per-node reach ------------------------------------------------------------------------
-    def _reach_of(self, node: int, m: int) -> int:
-        short = m - len(self.free.get(node, ()))
-        if short <= 0:
-            return -1
-        alive = self._alive
-        for index, count in self._on_node[node]:
-            if alive[index]:
-                short -= count
-                if short <= 0:
-                    return index
-        return _NEVER
-
     def _refresh(self) -> None:
+        """Recompute, for every node whose free GPUs changed, at which victim it reaches each tracked m."""
         dirty = self._dirty
         if not dirty or not self._reach:
             return
         on_node = self._on_node
+        free = self.free
+        alive = self._alive
+        tracked = self._tracked
+        reaches = self._reach
+        heaps = self._heaps
         for node in dirty:
-            if node not in on_node:
+            entries = on_node.get(node)
+            if entries is None:
                 continue
-            for m, reach in self._reach.items():
-                r = self._reach_of(node, m)
+            have = len(free.get(node, ()))
+            position = 0
+            at = -1
+            for m in tracked:  # ascending: one pass over the node's victims serves every m
+                while have < m and position < len(entries):
+                    index, count = entries[position]
+                    position += 1
+                    if alive[index]:
+                        have += count
+                        at = index
+                r = at if have >= m else _NEVER
+                reach = reaches[m]
                 if reach.get(node, _NEVER) != r:
                     reach[node] = r
                     if r != _NEVER:
-                        heapq.heappush(self._heaps[m], (r, node))
+                        heapq.heappush(heaps[m], (r, node))
         dirty.clear()
 
     def _min_reach(self, m: int) -> int:
         reach = self._reach.get(m)
         if reach is None:
             self._dirty.update(self._on_node)  # start tracking m on every node with victims
-            self._reach[m] = {}
+            self._reach[m] = reach = {}
             self._heaps[m] = []
-            reach = self._reach[m]
+            insort(self._tracked, m)
         self._refresh()
         heap = self._heaps[m]
         while heap:
@@ -503,7 +535,7 @@ def place_in_order(
         return _result(ranking, jobs, launch, suspended)
 
     running: Sequence[str] = ranking.running if ranking.running is not None else [
-        j for j in ranking.order if jobs[j].is_running
+        j for j in ranking.order if jobs[j].status is _RUNNING
     ]
     # Unseen running jobs are running[seen:]; victims come from the end (lowest-ranked first).
     position = {job_id: i for i, job_id in enumerate(running)}

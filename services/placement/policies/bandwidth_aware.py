@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from services.core.decisions import Placement, Ranking
-from services.core.placing import FreeMap, place_in_order
+from services.core.placing import FreeIndex, FreeMap, place_in_order
 from services.core.registry import PLACEMENT
 from services.core.state import ClusterState, JobState, Node
 from services.placement.policies.tiresias_skew import best_fit_node
@@ -92,13 +92,18 @@ class BandwidthAwarePlacement:
         candidates = sorted(free)
         if need >= len(candidates):
             return tuple(candidates)
+        pairs = {(a, b): links.between(a, b) for a, b in itertools.combinations(candidates, 2)}
+        if len(set(pairs.values())) <= 1:
+            # Every pair has the same bandwidth, so every subset ties and each rule below picks
+            # the lowest ids: the first subset, the pair (c0, c1) then the lowest ids, the lowest id.
+            return tuple(candidates[:need])
         if need == 1:
             return (self.loneliest(links, candidates),)
         if math.comb(len(candidates), need) <= self.max_subsets:
             best: tuple[int, ...] = ()
             best_bw = -1.0
             for subset in itertools.combinations(candidates, need):
-                bw = links.aggregate(subset)
+                bw = sum(pairs[pair] for pair in itertools.combinations(subset, 2))
                 if bw > best_bw:
                     best, best_bw = subset, bw
             return best
@@ -123,6 +128,8 @@ class BandwidthAwarePlacement:
             return tuple(sorted(self.best_subset(self.links(cluster, node), list(free[node]), need)))
         if need <= cluster.largest_node_gpus:
             return None
+        if isinstance(free, FreeIndex):
+            return self._wide_indexed(free, need, cluster)
         chosen: list[int] = []
         unused = dict(free)
         remaining = need
@@ -137,7 +144,35 @@ class BandwidthAwarePlacement:
             remaining -= len(gpus)
         return tuple(sorted(chosen)) if remaining == 0 else None
 
+    def _wide_indexed(self, free: FreeIndex, need: int, cluster: ClusterState) -> tuple[int, ...] | None:
+        """The wide-job branch of ``fit`` answered from the walk's index (same result)."""
+        if need > free.total:
+            return None
+        chosen: list[int] = []
+        used: set[int] = set()
+        remaining = need
+        while remaining > 0:
+            node = free.best_fit(remaining, used)
+            if node is not None:
+                chosen.extend(self.best_subset(self.links(cluster, node), list(free[node]), remaining))
+                return tuple(sorted(chosen))
+            node = next((n for n in free.most_first() if n not in used), None)
+            if node is None:
+                break
+            used.add(node)
+            chosen.extend(free[node])
+            remaining -= len(free[node])
+        return tuple(sorted(chosen)) if remaining == 0 else None
+
+    @staticmethod
+    def single_node(job: JobState, need: int, cluster: ClusterState) -> bool:
+        """``fit``'s ``services.core.placing.SingleNode`` promise: a job that fits on one node goes
+        on the best-fitting node (the subset is chosen there); a wider one needs ``need`` in all."""
+        return need <= cluster.largest_node_gpus
+
     def place(
         self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float
     ) -> Placement:
-        return place_in_order(ranking, jobs, cluster, self.fit, backfill=self.backfill)
+        return place_in_order(
+            ranking, jobs, cluster, self.fit, backfill=self.backfill, single_node=self.single_node
+        )

@@ -32,12 +32,13 @@ Ties between nodes go to the node listed first in the cluster; GPUs are taken lo
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar
 
 from services.core.decisions import Placement, Ranking
-from services.core.placing import FreeMap, place_in_order
+from services.core.placing import FreeIndex, FreeMap, place_in_order
 from services.core.registry import PLACEMENT
 from services.core.state import ClusterState, JobState
 from services.placement.policies.consolidated import consolidated_fit
@@ -52,6 +53,8 @@ def normalize_model(name: str) -> str:
 
 def best_fit_node(free: FreeMap, need: int) -> int | None:
     """The node with the fewest free GPUs that still has ``need`` free (first node on ties)."""
+    if isinstance(free, FreeIndex):
+        return free.best_fit(need)
     best: tuple[int, int] | None = None
     for node, gpus in free.items():
         size = len(gpus)
@@ -84,8 +87,7 @@ class TiresiasSkewPlacement:
         model = job.spec.model
         if not model:
             return False
-        name = normalize_model(model)
-        return any(name.startswith(prefix) for prefix in self.consolidate_models)
+        return _matches(model, tuple(self.consolidate_models))
 
     def place(
         self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float
@@ -95,7 +97,17 @@ class TiresiasSkewPlacement:
                 return consolidated_fit(job, need, free, state)
             return spread(free, need)
 
-        return place_in_order(ranking, jobs, cluster, fit, backfill=self.backfill)
+        def single_node(job: JobState, need: int, state: ClusterState) -> bool:
+            # consolidated_fit's promise for sensitive jobs; spread() may split any job.
+            return need <= state.largest_node_gpus and self.is_sensitive(job)
+
+        return place_in_order(ranking, jobs, cluster, fit, backfill=self.backfill, single_node=single_node)
+
+
+@lru_cache(maxsize=4096)
+def _matches(model: str, prefixes: tuple[str, ...]) -> bool:
+    name = normalize_model(model)
+    return any(name.startswith(prefix) for prefix in prefixes)
 
 
 def spread(free: FreeMap, need: int) -> tuple[int, ...] | None:
@@ -104,7 +116,13 @@ def spread(free: FreeMap, need: int) -> tuple[int, ...] | None:
         node = best_fit_node(free, 1)
         return None if node is None else (min(free[node]),)
     taken: list[int] = []
-    for node in sorted(free, key=lambda n: (len(free[n]), n)):
+    if isinstance(free, FreeIndex):
+        if need > free.total:
+            return None
+        nodes: Iterable[int] = free.fewest_first()
+    else:
+        nodes = sorted(free, key=lambda n: (len(free[n]), n))
+    for node in nodes:
         taken.extend(sorted(free[node])[: need - len(taken)])
         if len(taken) == need:
             return tuple(taken)
