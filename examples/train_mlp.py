@@ -54,7 +54,9 @@ def make_model(args: argparse.Namespace) -> nn.Module:
 def make_loader(args: argparse.Namespace, data: TensorDataset, job: train.Job) -> DataLoader[tuple[torch.Tensor, ...]]:
     # DistributedSampler shuffles by (seed, epoch): Job.iterate calls set_epoch, so a resumed run
     # sees the same batches as an uninterrupted one. With world_size 1 it is a seeded shuffle.
-    sampler = DistributedSampler(data, num_replicas=job.world_size, rank=job.rank, shuffle=True, seed=args.seed)
+    sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
+        data, num_replicas=job.world_size, rank=job.rank, shuffle=True, seed=args.seed
+    )
     return DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True)
 
 

@@ -79,7 +79,8 @@ class Job:
         self._q: memoryview | None = channel.slots() if channel is not None else None
         self.iteration = 0
         """Iterations finished (the global step); restored from a checkpoint on resume."""
-        self.position = Position()
+        self._place = (0, 0, 0)
+        """(iteration, epoch, batch index) as of the last batch :meth:`iterate` handed out."""
         self.stopping = False
         """True once the lease asked this process to stop and it has reached ``stop_at``."""
         self.last_checkpoint: Path | None = None
@@ -92,6 +93,12 @@ class Job:
             import os
 
             channel.set_pid(os.getpid())
+
+    @property
+    def position(self) -> Position:
+        """Where training stands: the loader position when :meth:`iterate` drives it, else just the step."""
+        iteration, epoch, index = self._place
+        return Position(iteration, epoch, index) if iteration == self.iteration else Position(self.iteration)
 
     # --- identity ---------------------------------------------------------------------------------
     @property
@@ -125,7 +132,7 @@ class Job:
         rank-0 process should :meth:`checkpoint` and every rank should leave its loop.
         """
         q = self._q
-        if q is None or q[STATE] == LeaseSignal.RUN:
+        if q is None or not q[STATE]:  # 0: run
             return self.stopping
         return self._lease_signalled(q)
 
@@ -190,7 +197,7 @@ class Job:
         """
         if not self.is_leader:
             return None
-        pos = position or (self.position if self.position.iteration == self.iteration else Position(self.iteration))
+        pos = position or self.position
         state: dict[str, Any] = {
             "job_id": self.env.job_id,
             "iteration": pos.iteration,
@@ -236,7 +243,7 @@ class Job:
             log.warning("checkpoint %s holds iteration %d; the scheduler expected %d",
                         path, position.iteration, expected)
         self.iteration = position.iteration
-        self.position = position
+        self._place = (position.iteration, position.epoch, position.batch_index)
         if self._channel is not None:
             self._channel.set_iteration(self.iteration)
             if self.is_leader:
@@ -281,7 +288,7 @@ class Job:
                 if max_iterations is not None and self.iteration >= max_iterations:
                     self._finished(model, optimizer, extra)
                     return
-                if (q is not None and q[STATE] != LeaseSignal.RUN and self._lease_signalled(q)) or self.stopping:
+                if (q is not None and q[STATE] and self._lease_signalled(q)) or self.stopping:
                     if model is not None or optimizer is not None:
                         self.checkpoint(model, optimizer, extra=extra)
                     return
@@ -291,14 +298,14 @@ class Job:
                 produced = True
                 yield batch
                 index += 1
-                self.position = Position(self.iteration + 1, epoch, index)
+                self._place = (self.iteration + 1, epoch, index)
                 self.iteration_done()
                 if checkpoint_every and model is not None and self.iteration % checkpoint_every == 0:
                     self.checkpoint(model, optimizer, extra=extra)
             if not produced and not resumed_mid_epoch:
                 raise ValueError("the data yielded no batch in a whole epoch; iterate() would loop forever")
             epoch += 1
-            self.position = Position(self.iteration, epoch, 0)
+            self._place = (self.iteration, epoch, 0)
         self._finished(model, optimizer, extra)
 
     def _finished(self, model: StateDictLike | None, optimizer: StateDictLike | None, extra: Any) -> None:
