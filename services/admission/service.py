@@ -342,9 +342,9 @@ class AdmissionService(RoundhouseService):
 
     def _held_reason(self) -> str:
         return (
-            f"held by admission policy {self.policy.name!r}: {len(self.ledger.admitted)} admitted jobs request "
-            f"{self.ledger.admitted_gpus} GPUs of the cluster's {self.inventory.total_gpus}; "
-            "it is released in submission order as capacity frees"
+            f"held by admission policy {self.policy.name!r} while {len(self.ledger.admitted)} admitted jobs "
+            f"request {self.ledger.admitted_gpus} GPUs of the cluster's {self.inventory.total_gpus}; "
+            "held jobs are offered again, in submission order, as jobs finish or nodes join"
         )
 
     def stats(self) -> dict[str, Any]:
