@@ -6,6 +6,7 @@ from services.placement.policies import consolidated as consolidated
 from services.placement.policies import first_free as first_free
 from services.placement.policies import fitgpp as fitgpp
 from services.placement.policies import fulcrum as fulcrum
+from services.placement.policies import gandiva as gandiva
 from services.placement.policies import hermes as hermes
 from services.placement.policies import lrtp as lrtp
 from services.placement.policies import preempting as preempting
