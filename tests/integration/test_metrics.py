@@ -78,9 +78,7 @@ async def test_job_metrics_are_aggregated_into_kv_and_a_watcher_sees_them(
     assert JobAggregate.model_validate_json(stored.value) == j1
 
 
-async def test_two_replicas_merge_their_samples_with_compare_and_set(
-    broker: Broker, bus: Bus, namespace: str
-) -> None:
+async def test_two_replicas_merge_their_samples_with_compare_and_set(broker: Broker, bus: Bus, namespace: str) -> None:
     replicas = [MetricsService(config(broker, namespace)) for _ in range(2)]
     for replica in replicas:
         await replica.start(bus)
