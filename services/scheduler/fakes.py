@@ -81,12 +81,15 @@ class FakeWorkers:
         self._tasks: set[asyncio.Task[None]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
 
-    async def start(self, *, heartbeat_s: float | None = None) -> None:
+    async def start(self, *, heartbeat_s: float | None = None, register: bool = True) -> None:
+        """Serve lease commands; publish ``node.register`` for every node unless told not to (a
+        benchmark writes a large inventory straight into the store instead)."""
         self._subs.append(await self.bus.serve("lease.grant.*", LeaseGrant, self._on_grant))
         self._subs.append(await self.bus.serve("lease.revoke.*", LeaseRevoke, self._on_revoke))
         await self.bus.nc.flush()
-        for node in self.nodes.values():
-            await self.register(node.node_id)
+        if register:
+            for node in self.nodes.values():
+                await self.register(node.node_id)
         if heartbeat_s is not None:
             self._heartbeat = asyncio.create_task(self._beat(heartbeat_s))
 
@@ -95,13 +98,7 @@ class FakeWorkers:
         if new_incarnation:
             node.incarnation = uuid.uuid4()
             node.leases.clear()
-        gpus = [
-            GpuInventory(index=i, uuid=f"GPU-{node_id}-{i}", name="Fake GPU", memory_mib=16_384)
-            for i in range(node.gpus)
-        ]
-        await self.bus.publish(NODE_REGISTER, NodeRegister(
-            node_id=node_id, incarnation=node.incarnation, hostname="127.0.0.1", cpus=32, memory_gb=256, gpus=gpus,
-        ))  # fmt: skip
+        await self.bus.publish(NODE_REGISTER, self.register_message(node_id))
 
     async def heartbeat(self, node_id: str) -> None:
         node = self.nodes[node_id]
@@ -232,6 +229,16 @@ class FakeWorkers:
             )  # fmt: skip
             await self.bus.publish(JOB_SUSPENDED, fact)
         return fact
+
+    def register_message(self, node_id: str) -> NodeRegister:
+        node = self.nodes[node_id]
+        gpus = [
+            GpuInventory(index=i, uuid=f"GPU-{node_id}-{i}", name="Fake GPU", memory_mib=16_384)
+            for i in range(node.gpus)
+        ]
+        return NodeRegister(
+            node_id=node_id, incarnation=node.incarnation, hostname="127.0.0.1", cpus=32, memory_gb=256, gpus=gpus
+        )
 
     def lease_of(self, job_id: str) -> tuple[str, str] | None:
         """(node_id, lease_id) of the coordinator part running ``job_id`` now, if any."""

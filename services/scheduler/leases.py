@@ -49,6 +49,12 @@ class Lease:
     reason: RevokeReason | None = None
     """Why it is being revoked (kept in memory only; the job's status carries cancel/terminate)."""
     started: bool = False
+    stopped: bool = False
+    global_ids: tuple[int, ...] = ()
+    """The GPUs as global ids of topology ``global_version`` (a cache for snapshots)."""
+    global_version: int = -1
+    """The coordinator reported ``job.suspended`` for this revoke (seen on core NATS); its release
+    is being committed by the durable consumer, and its GPUs may already be granted again."""
 
     @property
     def coordinator(self) -> str:

@@ -68,8 +68,10 @@ from services.runtime.config import ServiceConfig
 from services.runtime.consumer import ConsumerOptions, DurableConsumer
 from services.runtime.service import RoundhouseService
 from services.runtime.store import (
+    ConstraintViolationError,
     JobRecord,
     LeaseRecord,
+    LeaseState,
     RecordRound,
     RoundRecord,
     SetMeta,
@@ -114,15 +116,22 @@ class RoundTimings:
     publish: float = 0.0
     placement: float = 0.0
     apply: float = 0.0
+    revoke: float = 0.0
+    """Part of ``apply``: marking leases revoking and sending the revokes."""
+    wait: float = 0.0
+    """Part of ``apply``: waiting for ``job.suspended`` (or the deadlines)."""
+    grant: float = 0.0
+    """Part of ``apply``: recording the new leases (their grants are sent after the round)."""
+    grants_acked: float = 0.0
+    """After the round: from the start of sending its grants until every one was answered."""
     launched: int = 0
     suspended: int = 0
     dropped: int = 0
 
     def as_dict(self) -> dict[str, float]:
-        return {
-            k: getattr(self, k)
-            for k in ("round", "snapshot", "rank", "publish", "placement", "apply", "launched", "suspended", "dropped")
-        }
+        names = ("round", "snapshot", "rank", "publish", "placement", "apply", "revoke", "wait", "grant",
+                 "grants_acked", "launched", "suspended", "dropped")  # fmt: skip
+        return {k: getattr(self, k) for k in names}
 
 
 @dataclass(slots=True)
@@ -136,6 +145,8 @@ class _Term:
     subscriptions: list[Subscription] = field(default_factory=list)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     pending_plan: tuple[int, int, asyncio.Future[PlacementPlan]] | None = None
+    dispatch: asyncio.Future[None] | None = None
+    """The last round's grants being sent (see ``SchedulerService._dispatch_grants``)."""
 
 
 CONSUMERS: dict[str, str] = {
@@ -270,6 +281,7 @@ class SchedulerService(RoundhouseService):
                 await bus.consume(subject, model, handler, durable=CONSUMERS[subject], options=self.consumer_options)
             )
         term.subscriptions.append(await bus.subscribe(NODE_HEARTBEAT, NodeHeartbeat, self._on_heartbeat))
+        term.subscriptions.append(await bus.subscribe(JOB_SUSPENDED, JobSuspended, self._on_suspension_seen))
         term.subscriptions.append(await bus.subscribe(PLACEMENT_PLAN, PlacementPlan, self._on_plan))
         term.subscriptions.append(await bus.serve(QUERY_JOBS, JobsQuery, self._on_query))
         self._spawn(term, self._round_loop(term), "rounds")
@@ -370,13 +382,15 @@ class SchedulerService(RoundhouseService):
     async def _on_arrived(self, event: JobArrived) -> None:
         assert self.store is not None
         async with self._lock:
-            if self.book.entry(event.job_id) is not None or await self.store.get_job(event.job_id) is not None:
-                return
-            await self._commit(
-                self.book.arrived(event.job_id, event.spec, event.ts),
-                event_id=event.event_id,
-                consumer=CONSUMERS[JOB_ARRIVED],
-            )
+            try:
+                await self._commit(
+                    self.book.arrived(event.job_id, event.spec, event.ts),
+                    event_id=event.event_id,
+                    consumer=CONSUMERS[JOB_ARRIVED],
+                )
+            except ConstraintViolationError:
+                # The id exists (a finished job, or a resubmission with a new event id): one job per id.
+                log.info("job %s already exists; ignoring its new job.arrived", event.job_id)
 
     async def _on_accepted(self, event: JobAccepted) -> None:
         assert self.store is not None
@@ -456,6 +470,18 @@ class SchedulerService(RoundhouseService):
             await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_SUSPENDED])
         if event.reason is not SuspendReason.PREEMPTED:
             self._churn(RoundTrigger.COMPLETION)
+
+    async def _on_suspension_seen(self, event: JobSuspended) -> None:
+        """The fast path of a revoke: the same fact on core NATS, before the durable consumer has
+        committed it. The round waiting for it may grant the GPUs at once: the worker's processes
+        have exited, and the release's commit is queued ahead of any later write of the book
+        (after a crash, the durable consumer redelivers the fact and the release happens then)."""
+        lease = self.book.leases.get(event.lease_id)
+        if lease is None or lease.job_id != event.job_id or lease.state is not LeaseState.REVOKING:
+            return
+        lease.stopped = True
+        if self._term is not None:
+            self._term.executor.released([lease.lease_id])
 
     async def _on_completed(self, event: JobCompleted) -> None:
         await self._finished(
@@ -618,7 +644,7 @@ class SchedulerService(RoundhouseService):
         cluster = topology.cluster()
         for job_id, lease in self.book.held_gpus():
             try:
-                gpus = [g for node, local in lease.parts for g in topology.to_global(node, local)]
+                gpus = topology.lease_gpus(lease)
             except UnknownGpuError:
                 continue
             cluster.assign(job_id, gpus)
@@ -649,7 +675,9 @@ class SchedulerService(RoundhouseService):
         self.snapshot = RoundSnapshot(number, term.epoch, version, now, ranking, jobs, cluster, topology)
         future: asyncio.Future[PlacementPlan] = asyncio.get_running_loop().create_future()
         term.pending_plan = (number, version, future)
-        message = ScheduleRound(
+        # Built without re-validating 20,000 ids: every one came from a validated event (the codec
+        # checks this message again on the placement side).
+        message = ScheduleRound.model_construct(
             epoch=term.epoch, round=number, state_version=version, trigger=trigger, policy=self.policy.name,
             ranked=ranked, gpu_targets=dict(ranking.gpu_targets), terminate=dict(ranking.terminate),
         )  # fmt: skip
@@ -668,7 +696,7 @@ class SchedulerService(RoundhouseService):
         valid = validate_plan(plan, self.book, self.inventory, dict(ranking.gpu_targets))
         if valid.dropped:
             log.info("round %d: dropped %d plan parts: %s", number, len(valid.dropped), valid.dropped[:5])
-        await self.execute(valid, term)
+        await self.execute(valid, term, timings)
         await self._record(number, term.epoch, version, valid, topology)
         t6 = time.perf_counter()
         timings.snapshot = t1 - t0
@@ -715,8 +743,12 @@ class SchedulerService(RoundhouseService):
         except Exception as exc:  # a round number a previous term used: audit only, never fatal
             log.warning("round %d not recorded: %r", number, exc)
 
-    async def execute(self, valid: ValidPlan, term: _Term) -> None:
+    async def execute(self, valid: ValidPlan, term: _Term, timings: RoundTimings | None = None) -> None:
         """Revokes first, wait for the suspensions (or their deadlines), then grants."""
+        timings = timings or RoundTimings()
+        if term.dispatch is not None and not term.dispatch.done():
+            await asyncio.wait([term.dispatch])  # the previous round's grants first
+        t0 = time.perf_counter()
         executor = term.executor
         now = time.time()
         margin = self.cfg.revoke_margin_s
@@ -746,10 +778,15 @@ class SchedulerService(RoundhouseService):
             stopping = self.book.merge(changes)
             await self._commit(stopping)
         if stopping.revokes:
-            await self._stop_leases(executor, stopping.revokes)
-        await self._grant(executor, valid)
+            await self._stop_leases(executor, stopping.revokes, timings)
+        t1 = time.perf_counter()
+        await self._grant(executor, valid, timings)
+        timings.grant = time.perf_counter() - t1
+        timings.revoke = t1 - t0 - timings.wait
 
-    async def _stop_leases(self, executor: LeaseExecutor, revokes: list[tuple[Lease, RevokeReason]]) -> None:
+    async def _stop_leases(
+        self, executor: LeaseExecutor, revokes: list[tuple[Lease, RevokeReason]], timings: RoundTimings
+    ) -> None:
         def grace_of(lease: Lease) -> float:
             entry = self.book.entry(lease.job_id)
             return entry.state.spec.grace_period_s if entry is not None else 0.0
@@ -773,20 +810,34 @@ class SchedulerService(RoundhouseService):
                     self.book.release(i, time.time(), count_preemption=False) for i in gone
                 ))  # fmt: skip
         leases = [lease for lease, _ in revokes if lease.lease_id in self.book.leases]
-        late = await executor.wait_released(leases, deadline, lambda i: i in self.book.leases)
+        t0 = time.perf_counter()
+        late = await executor.wait_released(leases, deadline, self._still_running)
+        timings.wait = time.perf_counter() - t0
         if late:
             log.warning("%d revokes passed their deadline without job.suspended; releasing", len(late))
             async with self._lock:
                 await self._commit(self.book.merge(self.book.release(i, time.time()) for i in late))
 
-    async def _grant(self, executor: LeaseExecutor, valid: ValidPlan) -> None:
+    def _still_running(self, lease_id: str) -> bool:
+        lease = self.book.leases.get(lease_id)
+        return lease is not None and not lease.stopped
+
+    async def _grant(self, executor: LeaseExecutor, valid: ValidPlan, timings: RoundTimings) -> None:
         if not valid.launch:
             return
+        moving = [
+            lease
+            for job_id in valid.launch
+            if (entry := self.book.entry(job_id)) is not None and (lease := entry.lease) is not None and lease.stopped
+        ]
+        if moving:  # a migrating job is granted again only once its release is committed
+            await executor.wait_released(moving, time.time() + 5.0, lambda i: i in self.book.leases)
         now = time.time()
         async with self._lock:
             held: set[tuple[str, int]] = set()
             for _, lease in self.book.held_gpus():
-                held.update((node, g) for node, gpus in lease.parts for g in gpus)
+                if not lease.stopped:
+                    held.update((node, g) for node, gpus in lease.parts for g in gpus)
             changes: list[Change | None] = []
             leases: list[Lease] = []
             for job_id, parts in valid.launch.items():
@@ -800,6 +851,28 @@ class SchedulerService(RoundhouseService):
                     changes.append(change)
                     leases.append(lease)
             await self._commit(self.book.merge(changes))
+        if leases and self._term is not None:
+            term = self._term
+            started = time.perf_counter()
+            term.dispatch = asyncio.ensure_future(self._dispatch_grants(executor, leases, timings, started))
+            term.tasks.add(term.dispatch)
+            term.dispatch.add_done_callback(term.tasks.discard)
+
+    async def _dispatch_grants(
+        self, executor: LeaseExecutor, leases: list[Lease], timings: RoundTimings, started: float
+    ) -> None:
+        """Send a round's grants and wait for the acks, after the round itself has ended (as
+        kube-scheduler binds after its scheduling cycle): the leases are in the store already,
+        and a grant no worker takes is rolled back here. The next round's execution waits for
+        this to finish, so its revokes never overtake these grants."""
+        try:
+            await self._send_grants(executor, leases)
+        except (DeposedError, StaleWriteError) as exc:
+            await self._step_down(exc)
+        finally:
+            timings.grants_acked = time.perf_counter() - started
+
+    async def _send_grants(self, executor: LeaseExecutor, leases: list[Lease]) -> None:
         results = await asyncio.gather(*(self._send_grant(executor, lease) for lease in leases), return_exceptions=True)
         failed: list[str] = []
         for lease, result in zip(leases, results, strict=True):

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from services.core.state import ClusterState, Gpu, Node
 from services.scheduler.inventory import NodeInfo
+from services.scheduler.leases import Lease
 
 
 class UnknownGpuError(LookupError):
@@ -61,6 +62,13 @@ class Topology:
             return tuple(by_local[i] for i in local)
         except KeyError as exc:
             raise UnknownGpuError(f"node {node_id!r} has no GPU {exc.args[0]}") from None
+
+    def lease_gpus(self, lease: Lease) -> tuple[int, ...]:
+        """Global ids of every GPU of ``lease``, cached on the lease per topology version."""
+        if lease.global_version != self.version:
+            lease.global_ids = tuple(g for node, local in lease.parts for g in self.to_global(node, local))
+            lease.global_version = self.version
+        return lease.global_ids
 
     def to_local(self, gpu_ids: Iterable[int]) -> list[tuple[str, tuple[int, ...]]]:
         """Group global ids by node, in first-seen node order: ``[(node_id, local indices), ...]``."""

@@ -42,6 +42,14 @@ async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0, what:
         await asyncio.sleep(0.02)
 
 
+async def held_by_worker(workers: FakeWorkers, job_id: str) -> tuple[str, str]:
+    """(node, lease id) once the fake worker holds ``job_id``'s grant (sent after the round)."""
+    await wait_for(lambda: workers.lease_of(job_id) is not None, what=f"{job_id} granted on a worker")
+    found = workers.lease_of(job_id)
+    assert found is not None
+    return found
+
+
 def spec(name: str, gpus: int = 1, grace: float = 5.0) -> JobSpec:
     return JobSpec(name=name, command=["python", "train.py"], gpus=gpus, grace_period_s=grace)
 
@@ -180,7 +188,7 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         assert [(lease.state, lease.epoch) for lease in leases] == [(LeaseState.GRANTED, s.epoch)]
 
         # A completion frees GPUs and the waiting job gets them.
-        node, lease_id = workers.lease_of("job-1") or ("", "")
+        node, lease_id = await held_by_worker(workers, "job-1")
         await workers.finish(node, lease_id, completed=True)
         await wait_for(lambda: "job-4" in running_jobs(s), what="job-4 running")
         done = await c.query(job_ids=["job-1"])
@@ -221,12 +229,15 @@ async def test_las_preempts_the_most_served_job_and_revokes_before_granting(
         assert workers.revoke_reasons[revoked] == "preempt"
         old = s.book.entry("old")
         assert old is not None
+        # The grant may precede the commit of the suspension (seen first on core NATS).
+        await wait_for(lambda: old.state.status is JobStatus.QUEUED, what="old's suspension committed")
         assert old.state.preemptions == 1
         assert old.checkpoint_path == "/ckpt/old/10"
         assert old.state.attained_service >= 0.6  # 1 GPU x its running time, folded on suspension
 
         # Time-slicing goes on: "old" comes back from its checkpoint once the others caught up.
         await wait_for(lambda: "old" in running_jobs(s), timeout_s=10, what="old resumed")
+        await held_by_worker(workers, "old")
         resumed = [fl.grant for n in workers.nodes.values() for fl in n.leases.values() if fl.grant.job_id == "old"]
         assert [(g.resume_from, g.resume_iteration, g.attempt) for g in resumed] == [("/ckpt/old/10", 10, 2)]
         assert workers.max_concurrent_runs == 1
@@ -275,7 +286,7 @@ async def test_redelivered_events_are_applied_once(broker: Broker, namespace: st
         )
         s.request_round()
         await wait_for(lambda: "j" in running_jobs(s), what="j running")
-        node, lease_id = workers.lease_of("j") or ("", "")
+        node, lease_id = await held_by_worker(workers, "j")
         fact = await workers.finish(node, lease_id, completed=False, reason=SuspendReason.LEASE_EXPIRED)
         assert isinstance(fact, JobSuspended)
         await wait_for(lambda: s.book.jobs["j"].state.status is JobStatus.QUEUED, what="j suspended")
@@ -307,7 +318,7 @@ async def test_a_silent_node_keeps_its_gpus_until_the_lease_ttl_has_passed(
         await wait_for(lambda: s.is_leader and len(s.inventory) == 2, what="leader")
         await c.submit("a", spec("a"))
         await wait_for(lambda: "a" in running_jobs(s), what="a running")
-        node, lease_id = workers.lease_of("a") or ("", "")
+        node, lease_id = await held_by_worker(workers, "a")
         other = "n1" if node == "n0" else "n0"
         await c.submit("b", spec("b"))
         await wait_for(lambda: "b" in running_jobs(s), what="b running")
