@@ -36,7 +36,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from schemas.base import Event, WireModel
 from schemas.codec import MalformedMessageError, decode, decode_as, encode
 from schemas.subjects import SubjectSpec, UnknownSubjectError, durable_patterns, spec_for
-from services.runtime.consumer import ConsumerOptions, DurableConsumer, MalformedHandler
+from services.runtime.consumer import ConsumerHandler, ConsumerOptions, DurableConsumer, MalformedHandler
 from services.runtime.kv import KVBucket
 
 log = logging.getLogger("roundhouse.bus")
@@ -395,7 +395,7 @@ class Bus:
         self,
         subject: str,
         model: type[E],
-        handler: Handler[E],
+        handler: ConsumerHandler[E],
         *,
         durable: str,
         options: ConsumerOptions | None = None,
@@ -404,7 +404,9 @@ class Bus:
         """Start a durable pull consumer on a lifecycle subject (or pattern).
 
         The handler runs once per message in stream order; the message is acked only after the handler
-        returned, so a crash before that redelivers it. Handlers must therefore be idempotent (use the
+        returned (or, if it returned an awaitable commit, after that resolved: handlers that enqueue
+        their writes on the store's batched writer turn a fetched batch into one transaction), so a
+        crash before that redelivers it. Handlers must therefore be idempotent (use the
         store's applied-event ids). A message that fails to decode is dead-lettered, never retried.
         """
         spec = self._check_model(subject, model)

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("roundhouse.consumer")
 
 E = TypeVar("E", bound=Event)
+ConsumerHandler = Callable[[E], Awaitable[Awaitable[object] | None]]
+"""Handles one event. Returning None means "done, ack it"; returning an awaitable (a pending commit)
+lets the consumer run the next handlers first and ack this message once the awaitable resolved."""
 MalformedHandler = Callable[[bytes, MalformedMessageError], Awaitable[None]]
 """Called with the raw payload and the reason before a malformed message is dead-lettered (e.g. so
 admission can tell a submitter why its job spec was refused)."""
@@ -58,6 +61,10 @@ class ConsumerOptions:
     """Start at new messages only instead of the beginning of the stream (first creation only)."""
 
 
+class _Settled(Exception):
+    """The message was already nak'ed, terminated or dead-lettered."""
+
+
 @dataclass(slots=True)
 class ConsumerStats:
     handled: int = 0
@@ -73,7 +80,7 @@ class DurableConsumer(Generic[E]):
         bus: Bus,
         subject: str,
         durable: str,
-        handler: Callable[[E], Awaitable[None]],
+        handler: ConsumerHandler[E],
         options: ConsumerOptions,
         on_malformed: MalformedHandler | None = None,
     ) -> None:
@@ -134,13 +141,42 @@ class DurableConsumer(Generic[E]):
             backoff = 0.05
             self._idle.clear()
             try:
-                for msg in msgs:
-                    await self._handle(msg)
+                await self._handle_batch(msgs)
             finally:
                 self._idle.set()
 
-    async def _handle(self, msg: Msg) -> None:
-        subject = self.bus.unwire(msg.subject)
+    async def _handle_batch(self, msgs: list[Msg]) -> None:
+        """Run the handlers in delivery order; settle pipelined commits afterwards, in the same order.
+
+        A handler that returns an awaitable (its *commit*, e.g. the store writer's future) lets the
+        next handler run before that commit has landed, so one fetched batch becomes one transaction
+        instead of one per message; the message is acked only once its commit resolved.
+        """
+        pending: list[tuple[Msg, str, Awaitable[object]]] = []
+        for msg in msgs:
+            subject = self.bus.unwire(msg.subject)
+            try:
+                commit = await self._handle(msg, subject)
+            except _Settled:
+                continue
+            if commit is None:
+                await self._acked(msg)
+            else:
+                pending.append((msg, subject, commit))
+        for msg, subject, commit in pending:
+            try:
+                await commit
+            except Exception as exc:
+                await self._failed(msg, subject, exc)
+                continue
+            await self._acked(msg)
+
+    async def _acked(self, msg: Msg) -> None:
+        self.stats.handled += 1
+        self.bus.stats.received += 1
+        await self._settle(msg.ack())
+
+    async def _handle(self, msg: Msg, subject: str) -> Awaitable[object] | None:
         try:
             event = decode(subject, msg.data)
         except MalformedMessageError as exc:
@@ -152,25 +188,24 @@ class DurableConsumer(Generic[E]):
                 except Exception:
                     log.exception("consumer %s: on_malformed hook failed", self.durable)
             await self._dead_letter(msg, f"malformed: {exc}")
-            return
+            raise _Settled from None
         try:
-            await self.handler(event)  # type: ignore[arg-type]  # decode checked the model
+            return await self.handler(event)  # type: ignore[arg-type]  # decode checked the model
         except Exception as exc:
-            self.stats.failed += 1
-            delivered = msg.metadata.num_delivered
-            if delivered >= self.options.max_deliver:
-                log.exception("consumer %s: giving up on %s after %d deliveries", self.durable, subject,
-                              delivered)
-                await self._dead_letter(msg, f"handler failed {delivered} times: {exc!r}")
-            else:
-                log.warning("consumer %s: handler failed on %s (delivery %d): %r", self.durable, subject,
-                            delivered, exc)
-                delay = min(self.options.retry_backoff_s * 2 ** (delivered - 1), 10.0)
-                await self._settle(msg.nak(delay=delay))
-            return
-        self.stats.handled += 1
-        self.bus.stats.received += 1
-        await self._settle(msg.ack())
+            await self._failed(msg, subject, exc)
+            raise _Settled from None
+
+    async def _failed(self, msg: Msg, subject: str, exc: Exception) -> None:
+        """Retry later with back-off, or dead-letter on the last allowed delivery."""
+        self.stats.failed += 1
+        delivered = msg.metadata.num_delivered
+        if delivered >= self.options.max_deliver:
+            log.error("consumer %s: giving up on %s after %d deliveries: %r", self.durable, subject, delivered, exc)
+            await self._dead_letter(msg, f"handler failed {delivered} times: {exc!r}")
+        else:
+            log.warning("consumer %s: handler failed on %s (delivery %d): %r", self.durable, subject, delivered, exc)
+            delay = min(self.options.retry_backoff_s * 2 ** (delivered - 1), 10.0)
+            await self._settle(msg.nak(delay=delay))
 
     async def _dead_letter(self, msg: Msg, reason: str) -> None:
         await self.bus.dead_letter(self.durable, msg, reason)

@@ -310,3 +310,31 @@ async def test_broker_restart_mid_stream_loses_no_event_and_resumes_watchers(tmp
         await publisher.close()
         await consumer_bus.close()
         broker.stop()
+
+
+async def test_pipelined_commits_are_acked_in_order_after_they_resolve(bus: Bus) -> None:
+    """Handlers that return their pending commit let a whole fetched batch share one commit."""
+    handled: list[str] = []
+    gate = asyncio.get_running_loop().create_future()
+
+    async def commit_for(job_id: str) -> None:
+        await gate  # one "transaction" for everything handled so far
+        if job_id == "job-3":
+            raise RuntimeError("constraint violated")
+
+    async def handler(event: JobArrived) -> Awaitable[None]:
+        handled.append(event.job_id)
+        return commit_for(event.job_id)
+
+    for i in range(6):
+        await bus.publish("job.arrived", arrived(i))
+    consumer = await bus.consume(
+        "job.arrived", JobArrived, handler, durable="piped",
+        options=ConsumerOptions(fetch_timeout_s=0.2, max_deliver=1),
+    )  # fmt: skip
+    await eventually(lambda: len(handled) == 6)  # all handlers ran before any commit landed
+    assert consumer.stats.handled == 0
+    gate.set_result(None)
+    await eventually(lambda: consumer.stats.handled == 5)
+    assert handled == [f"job-{i}" for i in range(6)]
+    await eventually(lambda: consumer.stats.dead_lettered == 1)  # job-3's commit failed (max_deliver=1)
