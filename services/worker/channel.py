@@ -26,6 +26,7 @@ slot    name        writer  meaning
 9       seq         client  bumped whenever loss/iter_time change (the agent publishes on change)
 10      pid         client  the training process's pid
 11      samples     client  samples per iteration when known (batch size), else 0
+12      group       agent   pid of the launched process, leader of the job's process group
 ======  ==========  ======  ==========================================================================
 """
 
@@ -54,7 +55,7 @@ VERSION: Final = 1
 CHANNEL_SIZE: Final = 128
 _SLOTS: Final = CHANNEL_SIZE // 8
 
-HEADER, STATE, STOP_AT, ITERATION, PAUSED_AT, CKPT_ITER, STATUS, LOSS, ITER_TIME, SEQ, PID, SAMPLES = range(12)
+HEADER, STATE, STOP_AT, ITERATION, PAUSED_AT, CKPT_ITER, STATUS, LOSS, ITER_TIME, SEQ, PID, SAMPLES, GROUP = range(13)
 
 
 class ChannelError(RuntimeError):
@@ -161,6 +162,14 @@ class Channel:
         """Phase one: ask the client to pause at its next iteration boundary."""
         if self._q[STATE] == LeaseSignal.RUN:
             self._q[STATE] = LeaseSignal.STOP_REQUESTED
+
+    def set_group(self, pid: int) -> None:
+        """Record the launched process (its process group's leader), so a later agent can find it."""
+        self._q[GROUP] = pid
+
+    @property
+    def group(self) -> int | None:
+        return self._q[GROUP] or None
 
     def set_stop_at(self, stop_at: int) -> None:
         """Phase two: finish iteration ``stop_at``, then stop (``stop_at`` first, then the state)."""

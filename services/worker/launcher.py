@@ -18,9 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schemas.leases import LeaseGrant
-from services.worker.channel import Channel
+from services.worker.channel import Channel, ChannelError
 
-__all__ = ["LaunchError", "RankPlan", "RankProcess", "job_environment", "launch", "plan_ranks", "stderr_tail"]
+__all__ = [
+    "LaunchError", "RankPlan", "RankProcess", "job_environment", "launch", "plan_ranks", "reap_orphans",
+    "stderr_tail",
+]
 
 
 class LaunchError(RuntimeError):
@@ -163,6 +166,7 @@ async def launch(
                 except OSError as exc:
                     channel.close()
                     raise LaunchError(f"cannot start {grant.spec.command[0]!r}: {exc.strerror or exc}") from exc
+            channel.set_group(process.pid)
             started.append(RankProcess(plan, channel, log_path, process))
     except BaseException:
         for rank in started:
@@ -171,6 +175,37 @@ async def launch(
             rank.channel.close()
         raise
     return started
+
+
+def _runs_with_channel(pid: int, channel: Path) -> bool:
+    """Whether process ``pid`` is the one started with ``channel`` (guards against pid reuse)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"ROUNDHOUSE_CHANNEL={channel}".encode() in environ.split(b"\x00")
+
+
+def reap_orphans(leases_dir: Path) -> list[int]:
+    """Kill the process groups of training processes a previous agent left running on this node.
+
+    An agent that died without draining leaves its jobs running on GPUs the new agent registers as
+    free; their leases ended with the old incarnation. Each channel file names its process's pid,
+    which is checked against the process's environment before anything is signalled.
+    """
+    killed = []
+    for path in sorted(leases_dir.glob("*/rank-*.chan")):
+        try:
+            channel = Channel.open(path)
+        except ChannelError:
+            continue
+        pid = channel.group
+        channel.close()
+        if pid is not None and _runs_with_channel(pid, path):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+                killed.append(pid)
+    return killed
 
 
 def _check_workdir(cwd: str | None) -> None:

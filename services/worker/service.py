@@ -59,7 +59,7 @@ from services.worker.channel import ClientStatus
 from services.worker.config import WorkerConfig
 from services.worker.emulator import Emulator
 from services.worker.inventory import Inventory, discover, host_resources
-from services.worker.launcher import LaunchError, LeasePaths, launch, stderr_tail
+from services.worker.launcher import LaunchError, LeasePaths, launch, reap_orphans, stderr_tail
 from services.worker.leases import Lease, LeaseTable
 from services.worker.outbox import Outbox
 
@@ -118,6 +118,8 @@ class WorkerService(RoundhouseService):
     async def start(self, bus: Bus) -> None:
         self._bus = bus
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        for pid in reap_orphans(self.work_dir / "leases"):
+            log.warning("killed process group %d left running by a previous agent on this node", pid)
         self.outbox.start(bus)
         self._subs = [
             await bus.serve(lease_grant(self.node_id), LeaseGrant, self._on_grant),
@@ -272,7 +274,7 @@ class WorkerService(RoundhouseService):
                            checkpoint_dir=self.checkpoint_root / grant.job_id)
         try:
             lease.ranks = await launch(grant, paths, nats=self.cfg.nats, namespace=self.cfg.namespace)
-        except LaunchError as exc:
+        except (LaunchError, OSError) as exc:
             self._emit(JobFailed(job_id=grant.job_id, reason=FailureReason.LAUNCH_ERROR, lease_id=grant.lease_id,
                                  node_id=self.node_id, epoch=grant.epoch, iteration=grant.resume_iteration,
                                  checkpoint_path=grant.resume_from, message=str(exc), attempts=grant.attempt))
@@ -497,8 +499,8 @@ class WorkerService(RoundhouseService):
 
     def _report_suspended(self, lease: Lease, *, iteration: int | None = None, grace_expired: bool = False,
                           checkpoint: tuple[str | None, int | None] | None = None) -> None:
-        if lease.reported or lease.silent:
-            return
+        if lease.reported or lease.silent or not lease.is_coordinator:
+            return  # the coordinator reports the job-wide fact
         lease.reported = True
         grant = lease.grant
         ckpt_path, ckpt_iter = checkpoint if checkpoint is not None else self._last_checkpoint(lease)
@@ -657,7 +659,15 @@ class WorkerService(RoundhouseService):
 
     def _publish_metrics(self, lease: Lease) -> None:
         """Publish rank 0's latest numbers (coordinator only) when they changed since the last time."""
-        if not lease.is_coordinator or not lease.ranks or self._bus is None or not self._bus.nc.is_connected:
+        if not lease.is_coordinator or self._bus is None or not self._bus.nc.is_connected:
+            return
+        if lease.emulated is not None:
+            run = lease.emulated
+            emulated = JobMetrics(job_id=lease.job_id, lease_id=lease.lease_id, rank=0, iteration=run.iteration(),
+                                  iteration_time_s=run.iteration_s)
+            self._spawn(self._publish_quietly(job_metrics(lease.job_id), emulated), f"metrics-{lease.lease_id}")
+            return
+        if not lease.ranks:
             return
         channel = lease.ranks[0].channel
         if channel.closed:

@@ -25,6 +25,7 @@ from schemas.metrics import JobMetrics
 from schemas.nodes import NodeHeartbeat, NodeRegister
 from schemas.subjects import lease_grant, lease_revoke, lease_stop
 from services.runtime.bus import Bus
+from services.worker.channel import Channel
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -229,3 +230,37 @@ async def test_worker_registers_its_fake_inventory_and_heartbeats(
         assert beats[-1].leases == []
     finally:
         assert await worker.stop() == 0, worker.log_text()
+
+
+async def test_a_restarted_worker_kills_the_jobs_its_predecessor_left_running(broker: Any, bus: Bus, namespace: str,
+                                                                             tmp_path: Path) -> None:
+    facts = await collect(bus)
+    work_dir = tmp_path / "w"
+    first = WorkerProcess(broker.url, namespace, "orphan-node", work_dir, "--fake-gpus", "1")
+    await first.start(facts)
+    sched = Scheduler(bus)
+    grant = sched.grant("orphan-node", "orphan-job", [sys.executable, "-c", "import time; time.sleep(60)"])
+    assert (await sched.send(grant)).accepted
+    started = await facts.one(JobStarted, "orphan-job")
+    assert started.lease_id == grant.lease_id
+    group = Channel.open(work_dir / "leases" / grant.lease_id / "rank-0.chan").group
+    assert group is not None
+    assert first.process is not None
+    first.process.kill()  # the agent dies without draining; its job keeps running
+    await first.process.wait()
+    os.kill(group, 0)  # still alive
+    second = WorkerProcess(broker.url, namespace, "orphan-node", work_dir, "--fake-gpus", "1")
+    await second.start(facts)
+    try:
+
+        def gone() -> bool:
+            try:
+                os.kill(group, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        await wait_for(gone, 10, "the orphan killed")
+        assert "left running by a previous agent" in second.log_text()
+    finally:
+        assert await second.stop() == 0, second.log_text()
