@@ -105,8 +105,10 @@ class _Reader:
         info = await self._sub.consumer_info()
         return int(info.num_pending or 0)
 
-    async def handle(self, msg: Msg) -> None:
-        self.stats.last_seq = msg.metadata.sequence.stream
+    async def handle(self, msg: Msg, seq: int) -> None:
+        """Decode and hand over one message; ``seq`` is its stream sequence (parsed once by the caller:
+        ``Msg.metadata`` re-parses the reply subject on every access)."""
+        self.stats.last_seq = seq
         subject = self.bus.unwire(msg.subject)
         try:
             event = decode(subject, msg.data)
@@ -144,11 +146,12 @@ async def replay(bus: Bus, subjects: Sequence[str], handler: EventHandler, *, ba
                     return target  # nothing left that matches
                 continue
             for msg in msgs:
-                seq = msg.metadata.sequence.stream
+                meta = msg.metadata
+                seq = meta.sequence.stream
                 if seq > target:
                     return target  # the follower starts there
-                await reader.handle(msg)
-                if seq == target or msg.metadata.num_pending == 0:
+                await reader.handle(msg, seq)
+                if seq == target or meta.num_pending == 0:
                     return target
     finally:
         await reader.close()
@@ -194,9 +197,10 @@ class StreamFollower:
                 continue
             backoff = 0.05
             for msg in msgs:
-                if msg.metadata.sequence.stream <= self.stats.last_seq:
+                seq = msg.metadata.sequence.stream
+                if seq <= self.stats.last_seq:
                     continue  # already handled before a re-open
-                await self._reader.handle(msg)
+                await self._reader.handle(msg, seq)
 
     async def stop(self) -> None:
         """Stop at once (a view has nothing to finish or acknowledge) and delete the consumer."""
