@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 import nats.errors
 from nats.aio.subscription import Subscription
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from schemas.base import Event
 from schemas.codec import MalformedMessageError
@@ -62,7 +62,7 @@ from services.admission.ledger import Ledger
 from services.admission.outbox import VerdictOutbox
 from services.core.decisions import Admission
 from services.core.protocols import AdmissionPolicy, accepts_all
-from services.core.registry import ADMISSION
+from services.core.registry import ADMISSION, UnknownPolicyError
 from services.core.state import ClusterState, JobState
 from services.placement.inventory import Inventory
 from services.runtime.bus import Bus
@@ -127,6 +127,17 @@ class AdmissionConfig(ServiceConfig):
     )
     batch: int = Field(default=512, ge=1, le=65_536, description="Arrivals fetched per pull.")
 
+
+    @model_validator(mode="after")
+    def _policy_builds(self) -> AdmissionConfig:
+        # Fail at configuration time, with the valid names, rather than in the service's start.
+        try:
+            ADMISSION.create(self.policy, **self.policy_options)
+        except UnknownPolicyError as exc:
+            raise ValueError(str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"policy {self.policy!r} rejects policy_options {self.policy_options}: {exc}") from None
+        return self
 
 class AdmissionService(RoundhouseService):
     """Runs the admission policy on arrivals and held jobs; publishes the verdicts."""

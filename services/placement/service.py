@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import nats.errors
 from nats.aio.subscription import Subscription
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from schemas.base import Event
 from schemas.nodes import NodeHeartbeat
@@ -42,7 +42,7 @@ from schemas.subjects import (
 )
 from services.core.decisions import Ranking
 from services.core.protocols import PlacementPolicy
-from services.core.registry import PLACEMENT
+from services.core.registry import PLACEMENT, UnknownPolicyError
 from services.core.round import diff_plan
 from services.core.state import JobState
 from services.placement.view import ClusterView
@@ -77,6 +77,17 @@ class PlacementConfig(ServiceConfig):
     )
     sweep_interval_s: float = Field(default=1.0, gt=0, le=3600, description="How often liveness is checked.")
 
+
+    @model_validator(mode="after")
+    def _policy_builds(self) -> PlacementConfig:
+        # Fail at configuration time, with the valid names, rather than in the service's start.
+        try:
+            PLACEMENT.create(self.policy, **self.policy_options)
+        except UnknownPolicyError as exc:
+            raise ValueError(str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"policy {self.policy!r} rejects policy_options {self.policy_options}: {exc}") from None
+        return self
 
 class PlacementService(RoundhouseService):
     """Places each round's ranking on the cluster view and publishes the plan."""

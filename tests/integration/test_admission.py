@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 import uuid
@@ -213,3 +214,16 @@ async def test_runs_as_a_child_process_and_stops_on_sigterm(
             await child.wait()
     assert child.returncode == 0, stderr.decode()
     assert "admission service stopped" in stderr.decode()
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"policy": "nope"}, "unknown admission policy 'nope'; valid: accept-1.2x"),
+        ({"policy": "load-threshold", "policy_options": {"factr": 2}}, "unexpected keyword argument 'factr'"),
+        ({"policy": "load-threshold", "policy_options": {"factor": 0}}, "factor must be > 0"),
+    ],
+)
+def test_a_policy_that_cannot_be_built_is_a_configuration_error(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        AdmissionConfig(**settings)
