@@ -127,7 +127,6 @@ class AdmissionConfig(ServiceConfig):
     )
     batch: int = Field(default=512, ge=1, le=65_536, description="Arrivals fetched per pull.")
 
-
     @model_validator(mode="after")
     def _policy_builds(self) -> AdmissionConfig:
         # Fail at configuration time, with the valid names, rather than in the service's start.
@@ -138,6 +137,7 @@ class AdmissionConfig(ServiceConfig):
         except (TypeError, ValueError) as exc:
             raise ValueError(f"policy {self.policy!r} rejects policy_options {self.policy_options}: {exc}") from None
         return self
+
 
 class AdmissionService(RoundhouseService):
     """Runs the admission policy on arrivals and held jobs; publishes the verdicts."""

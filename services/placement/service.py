@@ -77,7 +77,6 @@ class PlacementConfig(ServiceConfig):
     )
     sweep_interval_s: float = Field(default=1.0, gt=0, le=3600, description="How often liveness is checked.")
 
-
     @model_validator(mode="after")
     def _policy_builds(self) -> PlacementConfig:
         # Fail at configuration time, with the valid names, rather than in the service's start.
@@ -88,6 +87,7 @@ class PlacementConfig(ServiceConfig):
         except (TypeError, ValueError) as exc:
             raise ValueError(f"policy {self.policy!r} rejects policy_options {self.policy_options}: {exc}") from None
         return self
+
 
 class PlacementService(RoundhouseService):
     """Places each round's ranking on the cluster view and publishes the plan."""
