@@ -11,12 +11,14 @@ What is kept, and why:
 * ``iteration_time_s`` and ``throughput``: exponentially weighted moving averages (weight ``alpha``
   on the new sample), smoothing the client's own recent means for runtime estimates (Optimus,
   SRTF's ``estimates.py``);
-* ``loss`` and a bounded ``loss_history`` of ``(ts, loss)``, oldest first;
+* ``loss`` and a bounded ``loss_history`` of ``(ts, loss)``, oldest first: the newest samples plus
+  those of the job's first ``quantum_s`` window (Hermes measures its milestones against it);
 * ``quanta``: per time quantum, the (min, max) loss and the number of losses, which Hermes
   (Son et al. 2021, §3.3, Eq. 2-3) needs: the representative loss of quantum i is
   ``(max + min) / 2`` and its convergence ``C(i) = (loss(i-1) - loss(i)) / |L(i)|``. A quantum
   ends when the job's lease changes (it was preempted and resumed: a new execution cycle) or after
-  ``quantum_s`` seconds (Hermes' 10 s default), whichever comes first.
+  ``quantum_s`` seconds (Hermes' 10 s default), whichever comes first. The first quantum is always
+  kept, with the newest ``max_quanta - 1``.
 
 Only rank 0 (or a sample without a rank) speaks for the job: in data-parallel training every rank
 sees the same iteration and loss, and one reporter keeps the averages unbiased. Folding is a pure
@@ -76,8 +78,8 @@ class FoldOptions:
     """EWMA weight of a new sample (0 < alpha <= 1)."""
     quantum_s: float = 10.0
     """Longest time quantum (Hermes: 10 s)."""
-    max_history: int = 64
-    """Loss samples kept in ``loss_history``."""
+    max_history: int = 256
+    """Loss samples kept in ``loss_history`` (a client reports a few per second: two 10 s quanta fit)."""
     max_quanta: int = 16
     """Quanta kept (Hermes compares the last two)."""
 
@@ -136,9 +138,19 @@ def fold(aggregate: JobAggregate | None, samples: Iterable[JobMetrics], options:
         loss=loss,
         iteration_time_s=iteration_time,
         throughput=throughput,
-        loss_history=history[-options.max_history :],
-        quanta=quanta[-options.max_quanta :],
+        loss_history=_retain(history, options.quantum_s, options.max_history),
+        quanta=quanta if len(quanta) <= options.max_quanta else [quanta[0], *quanta[-(options.max_quanta - 1) :]],
     )
+
+
+def _retain(history: list[tuple[float, float]], quantum_s: float, limit: int) -> list[tuple[float, float]]:
+    """The newest samples, plus (up to a quarter of ``limit``) the samples of the job's first
+    ``quantum_s`` window: Hermes measures its loss milestones against that first window (§3.3)."""
+    if len(history) <= limit:
+        return history
+    first_window_end = history[0][0] + quantum_s
+    head = [h for h in history[: limit // 4] if h[0] < first_window_end]
+    return head + history[len(history) - (limit - len(head)) :]
 
 
 def _add_to_quanta(quanta: list[Quantum], sample: JobMetrics, quantum_s: float) -> None:

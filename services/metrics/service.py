@@ -48,7 +48,7 @@ class MetricsConfig(ServiceConfig):
     flush_interval_s: float = Field(default=0.5, gt=0, le=3600, description="How often aggregates are written.")
     ewma_alpha: float = Field(default=0.3, gt=0, le=1, description="EWMA weight of a new sample.")
     quantum_s: float = Field(default=10.0, gt=0, le=86_400, description="Longest loss quantum (Hermes: 10 s).")
-    loss_history: int = Field(default=64, ge=1, le=10_000, description="Loss samples kept per job.")
+    loss_history: int = Field(default=256, ge=1, le=10_000, description="Loss samples kept per job.")
     max_quanta: int = Field(default=16, ge=2, le=10_000, description="Loss quanta kept per job.")
     max_buffered: int = Field(default=1000, ge=1, le=1_000_000, description="Samples buffered per job per flush.")
     kv_ttl_s: float = Field(

@@ -30,6 +30,14 @@ def test_loss_history_is_bounded_and_oldest_first() -> None:
     assert agg.loss == 6.0  # the newest sample wins, whatever the arrival order
 
 
+def test_the_first_quantum_window_survives_the_history_bound() -> None:
+    options = FoldOptions(quantum_s=10.0, max_history=8, max_quanta=2)
+    agg = fold(None, [sample(t, t, 100.0 - t) for t in range(30)], options)
+    # A quarter of the bound (2) holds the first window's oldest samples; the rest the newest.
+    assert [ts for ts, _ in agg.loss_history] == [0, 1, 24, 25, 26, 27, 28, 29]
+    assert [(q.start_ts, q.count) for q in agg.quanta] == [(0, 10), (20, 10)]  # first and newest
+
+
 def test_a_quantum_ends_on_a_new_lease_or_after_quantum_s() -> None:
     samples = [sample(0, 1, 5.0), sample(4, 2, 3.0), sample(9, 3, 4.0),  # quantum 1: min 3, max 5
                sample(10, 4, 2.5), sample(12, 5, 2.0),                   # quantum 2 (10 s passed)
