@@ -27,8 +27,11 @@ class WorkerConfig(ServiceConfig):
                          description="Stable id of this node (a subject token); default: short host name.")
     host: str = Field(default="127.0.0.1", description="Address other nodes reach this node's processes at.")
     fake_gpus: int = Field(default=0, ge=0, le=64, description="Pretend to have N GPUs (0: ask NVML).")
-    lease_ttl_s: float = Field(default=10.0, gt=0, le=3600,
-                               description="Cut off from the bus this long, the agent suspends its own jobs.")
+    lease_ttl_s: float = Field(
+        default=30.0, gt=0, le=3600,
+        description="Cut off from the bus half this long, the agent stops its jobs (done within it); "
+        "must equal the scheduler's.",
+    )
     heartbeat_s: float = Field(default=2.0, gt=0, le=600, description="Heartbeat (and bus liveness check) period.")
     metrics_s: float = Field(default=1.0, gt=0, le=600, description="Job and node metrics publishing period.")
     kill_after_s: float = Field(default=5.0, ge=0, le=600,

@@ -219,7 +219,7 @@ async def test_worker_registers_its_fake_inventory_and_heartbeats(
         register = next(e for e in facts.of(NodeRegister) if e.node_id == "reg-node")
         assert [g.index for g in register.gpus] == [0, 1, 2]
         assert len({g.uuid for g in register.gpus}) == 3
-        assert register.lease_ttl_s == 10.0
+        assert register.lease_ttl_s == 30.0
         beats = await wait_for(
             lambda: [e for e in facts.of(NodeHeartbeat) if e.node_id == "reg-node"][2:], 5, "three heartbeats"
         )
