@@ -14,6 +14,7 @@ Blox §7) looks like this from here:
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ T = TypeVar("T")
 _EWMA_ALPHA = 0.1
 _REPORT_EVERY_S = 0.2
 _PAUSE_POLL_S = 0.0001
+_PAUSE_POLL_MAX_S = 0.002
 
 
 class StateDictLike(Protocol):
@@ -89,9 +91,8 @@ class Job:
         self._iter_time = 0.0
         self._last_report = self._last_boundary
         self._loss: float | None = None
+        self._agent_pid = os.getppid()
         if channel is not None:
-            import os
-
             channel.set_pid(os.getpid())
 
     @property
@@ -142,8 +143,16 @@ class Job:
         if q[STATE] == LeaseSignal.STOP_REQUESTED:
             assert self._channel is not None
             self._channel.pause(self.iteration)
+            delay = _PAUSE_POLL_S
             while q[STATE] == LeaseSignal.STOP_REQUESTED:
-                time.sleep(_PAUSE_POLL_S)
+                if os.getppid() != self._agent_pid:
+                    # The agent (our parent) died while we waited for stop_at: stop here, at a
+                    # boundary, rather than wait forever; rank 0 still checkpoints.
+                    log.warning("the worker agent is gone; stopping after iteration %d", self.iteration)
+                    self.stopping = True
+                    return True
+                time.sleep(delay)
+                delay = min(delay * 1.5, _PAUSE_POLL_MAX_S)
         if q[STATE] == LeaseSignal.STOP_AT and self.iteration >= q[STOP_AT]:
             if self.iteration > q[STOP_AT]:
                 log.warning("stopping at iteration %d, past stop_at %d", self.iteration, q[STOP_AT])
