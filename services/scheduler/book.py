@@ -195,12 +195,13 @@ class JobBook:
 
     def refresh(self, now: float, topology: Topology) -> None:
         """Bring running jobs' attained service and global GPU ids up to ``now`` for a snapshot."""
-        for job_id, state in self.active.items():
-            if state.status is not JobStatus.RUNNING:
+        for lease in self.leases.values():
+            if lease.state is not LeaseState.GRANTED:
                 continue
-            entry = self.jobs[job_id]
-            lease = entry.lease
-            assert lease is not None
+            entry = self.jobs[lease.job_id]
+            state = entry.state
+            if entry.lease is not lease or state.status is not JobStatus.RUNNING:
+                continue
             start = state.last_start_time if state.last_start_time is not None else now
             dt = max(0.0, now - start)
             state.attained_service = entry.service0 + lease.gpu_count * dt
@@ -481,6 +482,20 @@ class JobBook:
         change.update_job(entry, changes)
         self._touch(change, entry)
         return change
+
+    def gpus_held_on(self, node_id: str, *, skip: set[str] | frozenset[str] = frozenset(),
+                     skip_stopped: bool = False) -> set[int]:
+        """Local GPUs of ``node_id`` held by active leases, except the leases in ``skip`` (and,
+        with ``skip_stopped``, those whose job already reported it stopped)."""
+        held: set[int] = set()
+        for lease_id in self.by_node.get(node_id, ()):
+            lease = self.leases[lease_id]
+            if lease_id in skip or (skip_stopped and lease.stopped):
+                continue
+            for node, gpus in lease.parts:
+                if node == node_id:
+                    held.update(gpus)
+        return held
 
     def leases_on(self, node_id: str) -> list[Lease]:
         return [self.leases[i] for i in sorted(self.by_node.get(node_id, ()))]

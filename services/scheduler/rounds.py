@@ -101,7 +101,7 @@ def validate_plan(plan: PlacementPlan, book: JobBook, inventory: Inventory, gpu_
             out.dropped.append(f"terminate {job_id}: not an unfinished job")
         else:
             out.terminate[job_id] = reason
-    freed: set[tuple[str, int]] = set()
+    freed: set[str] = set()
     for job_id in plan.suspend:
         entry = book.entry(job_id)
         lease = entry.lease if entry is not None else None
@@ -109,11 +109,16 @@ def validate_plan(plan: PlacementPlan, book: JobBook, inventory: Inventory, gpu_
             out.dropped.append(f"suspend {job_id}: not running under a granted lease")
             continue
         out.suspend.append(job_id)
-        freed.update((node, g) for node, gpus in lease.parts for g in gpus)
-    held: set[tuple[str, int]] = set()
-    for _, lease in book.held_gpus():
-        held.update((node, g) for node, gpus in lease.parts for g in gpus)
-    busy = held - freed
+        freed.add(lease.lease_id)
+    busy_on: dict[str, set[int]] = {}
+
+    def busy(node_id: str) -> set[int]:
+        """GPUs of ``node_id`` held by leases this plan does not suspend (looked up per node)."""
+        found = busy_on.get(node_id)
+        if found is None:
+            found = busy_on[node_id] = book.gpus_held_on(node_id, skip=freed)
+        return found
+
     claimed: set[tuple[str, int]] = set()
     suspending = set(out.suspend)
     for job_id, assignment in plan.launch.items():
@@ -143,7 +148,7 @@ def validate_plan(plan: PlacementPlan, book: JobBook, inventory: Inventory, gpu_
                 key = (part.node_id, g)
                 if g not in node.gpus:
                     problem = f"{part.node_id} has no GPU {g}"
-                elif key in busy or key in claimed:
+                elif g in busy(part.node_id) or key in claimed:
                     problem = f"GPU {g} of {part.node_id} is not free"
                 if problem:
                     break

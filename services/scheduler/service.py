@@ -192,6 +192,9 @@ class SchedulerService(RoundhouseService):
         self._term: _Term | None = None
         self._round_no = 0
         self._topology: Topology | None = None
+        self._cluster: ClusterState | None = None
+        self._cluster_topology: Topology | None = None
+        self._assigned: dict[str, tuple[int, ...]] = {}
         self._round_listeners: list[Callable[[ValidPlan], Awaitable[None] | None]] = []
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -253,6 +256,7 @@ class SchedulerService(RoundhouseService):
         last = await store.last_round()
         self._round_no = last.round_number if last is not None else 0
         self._topology = None
+        self._cluster = None
         executor = LeaseExecutor(
             bus, epoch=epoch, is_current=self._is_current,
             request_timeout_s=self.cfg.request_timeout_s, grant_attempts=self.cfg.grant_attempts,
@@ -363,6 +367,8 @@ class SchedulerService(RoundhouseService):
         entry = self.book.entry(lease.job_id)
         grace = entry.state.spec.grace_period_s if entry is not None else 0.0
         deadline = lease.revoke_deadline or (time.time() + grace + self.cfg.revoke_margin_s)
+        if term.dispatch is not None and not term.dispatch.done():
+            await asyncio.wait([term.dispatch])  # never overtake the grant of this very lease
         try:
             ack = await term.executor.revoke(lease, reason, grace, deadline)
         except DeposedError as exc:
@@ -639,15 +645,31 @@ class SchedulerService(RoundhouseService):
         return self._topology
 
     def build_snapshot(self, now: float) -> tuple[Topology, ClusterState]:
-        """The cluster as policies see it: live nodes' GPUs, those held by any lease assigned."""
+        """The cluster as policies see it: live nodes' GPUs, those held by any lease assigned.
+
+        The ``ClusterState`` is kept from round to round (rebuilt only when the live nodes change)
+        and brought up to date by releasing and assigning only what changed since the last round.
+        """
         topology = self._current_topology()
-        cluster = topology.cluster()
+        if self._cluster is None or self._cluster_topology is not topology:
+            self._cluster = topology.cluster()
+            self._cluster_topology = topology
+            self._assigned = {}
+        cluster, assigned = self._cluster, self._assigned
+        current: dict[str, tuple[int, ...]] = {}
         for job_id, lease in self.book.held_gpus():
             try:
-                gpus = topology.lease_gpus(lease)
+                current[job_id] = topology.lease_gpus(lease)
             except UnknownGpuError:
                 continue
-            cluster.assign(job_id, gpus)
+        for job_id, gpus in list(assigned.items()):
+            if current.get(job_id) != gpus:
+                cluster.release(job_id, gpus)
+                del assigned[job_id]
+        for job_id, gpus in current.items():
+            if job_id not in assigned:
+                cluster.assign(job_id, gpus)
+                assigned[job_id] = gpus
         self.book.refresh(now, topology)
         return topology, cluster
 
@@ -697,7 +719,7 @@ class SchedulerService(RoundhouseService):
         if valid.dropped:
             log.info("round %d: dropped %d plan parts: %s", number, len(valid.dropped), valid.dropped[:5])
         await self.execute(valid, term, timings)
-        await self._record(number, term.epoch, version, valid, topology)
+        self._spawn(term, self._record(number, term.epoch, version, valid, topology), "record-round")
         t6 = time.perf_counter()
         timings.snapshot = t1 - t0
         timings.rank = (t2 - t1) + (t3 - t2)
@@ -834,20 +856,22 @@ class SchedulerService(RoundhouseService):
             await executor.wait_released(moving, time.time() + 5.0, lambda i: i in self.book.leases)
         now = time.time()
         async with self._lock:
-            held: set[tuple[str, int]] = set()
-            for _, lease in self.book.held_gpus():
-                if not lease.stopped:
-                    held.update((node, g) for node, gpus in lease.parts for g in gpus)
+            held_on: dict[str, set[int]] = {}
             changes: list[Change | None] = []
             leases: list[Lease] = []
             for job_id, parts in valid.launch.items():
-                wanted = {(node, g) for node, gpus in parts for g in gpus}
-                if wanted & held or any(not self.inventory.is_live(node) for node, _ in parts):
+                taken = False
+                for node, gpus in parts:
+                    if node not in held_on:
+                        held_on[node] = self.book.gpus_held_on(node, skip_stopped=True)
+                    taken = taken or bool(held_on[node].intersection(gpus)) or not self.inventory.is_live(node)
+                if taken:
                     continue
                 lease = Lease(new_lease_id(), job_id, parts, executor.epoch, now)
                 change = self.book.grant(job_id, lease, now)
                 if change is not None:
-                    held |= wanted
+                    for node, gpus in parts:
+                        held_on[node].update(gpus)
                     changes.append(change)
                     leases.append(lease)
             await self._commit(self.book.merge(changes))

@@ -161,6 +161,7 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         await c.submit("held-0", spec("held-0"), accept=False)
         await wait_for(lambda: len(running_jobs(s)) == 4, what="4 jobs running")
         assert running_jobs(s) == {"job-0", "job-1", "job-2", "job-3"}  # FIFO: the first four
+        await wait_for(lambda: len(workers.log) == 4, what="4 grants taken")
         grants = [entry for entry in workers.log if entry[0] == "grant"]
         assert len(grants) == 4
         assert {epoch for *_, epoch in grants} == {s.epoch}
@@ -216,6 +217,7 @@ async def test_las_preempts_the_most_served_job_and_revokes_before_granting(
         await asyncio.sleep(0.2)
         await c.submit("new", spec("new"))
         await wait_for(lambda: "new" in running_jobs(s), what="new running")
+        await held_by_worker(workers, "new")
 
         # LAS: "new" (no service) outranks both; "old" has the most attained service, so it goes.
         events = [(what, job) for _, what, job in workers.timeline]
@@ -359,6 +361,7 @@ async def test_a_follower_takes_over_with_a_higher_epoch_and_workers_refuse_the_
         for i in range(3):
             await c.submit(f"job-{i}", spec(f"job-{i}"))
         await wait_for(lambda: len(running_jobs(leader)) == 3, what="3 running")
+        await wait_for(lambda: len(workers.log) == 3, what="3 grants taken")
         before = {lid for cmd, lid, *_ in workers.log if cmd == "grant"}
 
         await c.crash(leader)
@@ -374,6 +377,7 @@ async def test_a_follower_takes_over_with_a_higher_epoch_and_workers_refuse_the_
 
         await c.submit("job-3", spec("job-3"))
         await wait_for(lambda: "job-3" in running_jobs(follower), what="job-3 running under the new leader")
+        await wait_for(lambda: len(workers.log) == 4, what="job-3's grant taken")
         new_grants = [(lid, epoch) for cmd, lid, _, epoch in workers.log if cmd == "grant" and lid not in before]
         assert [epoch for _, epoch in new_grants] == [new_epoch]
         assert workers.max_concurrent_runs == 1
@@ -402,6 +406,7 @@ async def test_restarting_with_another_policy_keeps_running_jobs_and_loses_or_du
         for job_id in jobs[:6]:
             await c.submit(job_id, spec(job_id))
         await wait_for(lambda: len(running_jobs(fifo)) == 4, what="4 running")
+        await wait_for(lambda: len(workers.log) == 4, what="4 grants taken")
         leases_before = dict(fifo.book.leases)
         commands_before = len(workers.log)
 
