@@ -30,7 +30,7 @@ from typing import TextIO
 
 from roundhouse.sim.costs import CostModel
 from roundhouse.sim.invariants import InvariantError, check_invariants, snapshot_inputs
-from roundhouse.sim.jobs import SimClock, SimJobState, spec_for
+from roundhouse.sim.jobs import SimClock, SimJobState
 from roundhouse.sim.workload import TraceJob, checked_in_order
 from services.core.decisions import Plan
 from services.core.ordering import KeyedOrder
@@ -250,7 +250,8 @@ class Simulator:
         costs = self.config.costs.for_model(trace.model)
         job = SimJobState(
             job_id=trace.job_id,
-            spec=spec_for(trace),
+            spec=None,  # built from ``trace`` on first use (SimJobState.spec)
+            trace=trace,
             submit_time=trace.arrival_s,
             status=JobStatus.HELD,
             seq=self._seq,
@@ -300,7 +301,7 @@ class Simulator:
             out.run.append(job.executed_time)
             out.preemptions.append(job.preemptions)
             out.lost_gpu_s.append(job.lost_gpu_s)
-            out.job_class.append(job.spec.job_class.value)
+            out.job_class.append(job.trace.job_class.value if job.trace is not None else job.spec.job_class.value)
             out.last_finish = max(out.last_finish, t)
             self._measured_done()
 
@@ -320,7 +321,7 @@ class Simulator:
 
     # --- progress -----------------------------------------------------------------------------
     def _rate(self, job: SimJobState, gpus: tuple[int, ...]) -> float:
-        requested = job.spec.gpus
+        requested = job.gpus_requested
         rate = 1.0
         if len(gpus) != requested:
             rate = (len(gpus) / requested) ** job.costs.scaling_exponent

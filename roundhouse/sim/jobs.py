@@ -35,6 +35,7 @@ class SimJobState(JobState):
     __slots__ = (
         "_executed0",
         "_service0",
+        "_spec",
         "alloc_since",
         "checkpoint_s",
         "clock",
@@ -46,13 +47,18 @@ class SimJobState(JobState):
         "productive_from",
         "rate",
         "total_iterations",
+        "trace",
         "version",
         "work_s",
     )
 
     def __init__(self, *args: Any, clock: SimClock, work_s: float, costs: ModelCosts, checkpoint_s: float,
-                 measured: bool, total_iterations: int | None, **kwargs: Any) -> None:
+                 measured: bool, total_iterations: int | None, trace: TraceJob | None = None,
+                 **kwargs: Any) -> None:
         self.clock = clock
+        self.trace = trace
+        """The workload record; with it, ``spec`` is built on first access (see ``spec``)."""
+        self._spec: JobSpec | None = None
         self._service0 = 0.0
         self._executed0 = 0.0
         self.done0 = 0.0
@@ -70,6 +76,29 @@ class SimJobState(JobState):
         """Bumped on every launch and suspension; a completion event of another version is stale."""
         self.alloc_since = 0.0
         self.lost_gpu_s = 0.0
+
+    @property
+    def spec(self) -> JobSpec:
+        """The job's ``JobSpec``, built from ``trace`` the first time a policy asks for it.
+
+        A million-job simulation keeps hundreds of thousands of queued jobs whose specs no policy
+        ever reads (FIFO looks at the head of the queue only); a spec costs ~1 KB and ~10 us to
+        build, so it is made on demand and kept."""
+        spec = self._spec
+        if spec is None:
+            if self.trace is None:
+                raise AttributeError("SimJobState has neither a spec nor a trace to build one from")
+            spec = self._spec = spec_for(self.trace)
+        return spec
+
+    @spec.setter
+    def spec(self, value: JobSpec | None) -> None:
+        self._spec = value
+
+    @property
+    def gpus_requested(self) -> int:
+        trace = self.trace
+        return trace.gpus if trace is not None else self.spec.gpus
 
     def _productive_s(self) -> float:
         if self.status is not JobStatus.RUNNING:

@@ -96,28 +96,43 @@ class KeyedOrder:
     def push(self, job: JobState, now: float) -> None:
         """``job`` is (again) waiting: (re)compute its key."""
         job_id = job.job_id
-        self._unrun(job_id)
-        self._kill(job_id)
-        entry = _entry(self._policy.sort_key(job, now), job_id)
+        if job_id in self._running:
+            self._unrun(job_id)
+        entry = self._waiting.pop(job_id, None)
+        if entry is not None:
+            entry[2] = False
+            self._stale += 1
+        policy = self._policy
+        entry = [policy.sort_key(job, now), job_id, True]  # see _entry
         self._waiting[job_id] = entry
         heapq.heappush(self._heap, entry)
-        until = self._policy.key_stable_until(job, now)
+        until = policy.key_stable_until(job, now)
         if until != math.inf:
             heapq.heappush(self._expiry, (until, job.seq, job_id, entry))
 
     def mark_running(self, job: JobState) -> None:
         """``job`` now holds GPUs (call after its GPUs and progress line are set)."""
         job_id = job.job_id
-        self._kill(job_id)
-        self._unrun(job_id)
+        entry = self._waiting.pop(job_id, None)
+        if entry is not None:
+            entry[2] = False
+            self._stale += 1
+        if job_id in self._running:
+            self._unrun(job_id)
         self._running[job_id] = job
-        if self._parts is not None and self._line is not None:
-            head, tail = self._parts(job)
-            a, productive_from = self._line(job)
+        parts = self._parts
+        line = self._line
+        if parts is not None and line is not None:
+            head, tail = parts(job)
+            a, productive_from = line(job)
             group = (head, len(job.gpus))
-            entry = (a, tail, job_id)
-            insort(self._groups.setdefault(group, []), entry)
-            self._where[job_id] = (group, entry)
+            item = (a, tail, job_id)
+            members = self._groups.get(group)
+            if members is None:
+                self._groups[group] = [item]
+            else:
+                insort(members, item)
+            self._where[job_id] = (group, item)
             self._pending[job_id] = productive_from
 
     def discard(self, job_id: str) -> None:
@@ -130,9 +145,9 @@ class KeyedOrder:
             return
         where = self._where.pop(job_id, None)
         if where is not None:
-            group, entry = where
+            group, item = where
             members = self._groups[group]
-            del members[bisect_left(members, entry)]
+            del members[bisect_left(members, item)]
             if not members:
                 del self._groups[group]
             self._pending.pop(job_id, None)

@@ -236,7 +236,8 @@ class _Victims:
     """
 
     __slots__ = (
-        "_alive", "_dirty", "_heaps", "_ids", "_jobs", "_next", "_on_node", "_reach", "_source", "_tracked", "fitter",
+        "_alive", "_dirty", "_heaps", "_ids", "_indexed", "_jobs", "_next", "_on_node", "_reach", "_source", "_tracked",
+        "fitter",
         "free", "suspended",
     )
 
@@ -262,6 +263,8 @@ class _Victims:
         self._reach: dict[int, dict[int, int]] = {}
         """m -> {node: index of the alive victim at which the node has m free GPUs (-1: already)}."""
         self._heaps: dict[int, list[tuple[int, int]]] = {}
+        self._indexed = 0
+        """Victims ``[0, _indexed)`` are in ``_on_node``."""
         self._tracked: list[int] = []
         """The m values asked about so far, ascending."""
         if fitter.single_node is not None:
@@ -281,25 +284,34 @@ class _Victims:
         self._ids.append(victim_id)
         self._alive.append(True)
         self._next.append(index)
+        return True
+
+    def _index_nodes(self) -> None:
+        """Enter the victims read since the last call in the per-node lists (only single-node
+        searches need them, so victims that only ever serve split jobs skip this)."""
+        ids = self._ids
         on_node = self._on_node
         gpu_node = self.fitter.cluster.gpu_node_positions
-        gpus = self._jobs[victim_id].gpus
-        first = gpu_node[gpus[0]] if gpus else -1
-        if all(gpu_node[g] == first for g in gpus):  # the common case: one node
-            counts = {first: len(gpus)} if gpus else {}
-        else:
-            counts = {}
-            for g in gpus:
-                node = gpu_node[g]
-                counts[node] = counts.get(node, 0) + 1
-        for node, count in counts.items():
-            entries = on_node.get(node)
-            if entries is None:
-                on_node[node] = [(index, count)]
+        jobs = self._jobs
+        dirty = self._dirty
+        for index in range(self._indexed, len(ids)):
+            gpus = jobs[ids[index]].gpus
+            first = gpu_node[gpus[0]] if gpus else -1
+            if all(gpu_node[g] == first for g in gpus):  # the common case: one node
+                counts = {first: len(gpus)} if gpus else {}
             else:
-                entries.append((index, count))
-            self._dirty.add(node)
-        return True
+                counts = {}
+                for g in gpus:
+                    node = gpu_node[g]
+                    counts[node] = counts.get(node, 0) + 1
+            for node, count in counts.items():
+                entries = on_node.get(node)
+                if entries is None:
+                    on_node[node] = [(index, count)]
+                else:
+                    entries.append((index, count))
+                dirty.add(node)
+        self._indexed = len(ids)
 
     def _find(self, index: int) -> int:
         """The first alive victim at or after ``index`` (``len(_ids)`` if none is known)."""
@@ -314,6 +326,9 @@ class _Victims:
 
     def _at(self, index: int) -> int | None:
         """The first alive victim at or after ``index``, reading more from the ranking if needed."""
+        nxt = self._next
+        if index < len(nxt) and nxt[index] == index:
+            return index
         index = self._find(index)
         while index >= len(self._ids):
             if not self._pull():
@@ -365,6 +380,8 @@ class _Victims:
         dirty.clear()
 
     def _min_reach(self, m: int) -> int:
+        if self._indexed < len(self._ids):
+            self._index_nodes()
         reach = self._reach.get(m)
         if reach is None:
             self._dirty.update(self._on_node)  # start tracking m on every node with victims
@@ -520,7 +537,7 @@ def place_in_order(
             if job_id in terminate:
                 continue
             job = jobs[job_id]
-            need = job.spec.gpus
+            need = job.gpus_requested
             gpus = fitter(job, need, fitter.on_node(job, need))
             if gpus is None:
                 if backfill:
@@ -578,7 +595,7 @@ def place_in_order(
                 suspended[job_id] = None
                 launch[job_id] = gpus
             continue
-        need = targets.get(job_id, job.spec.gpus)
+        need = targets.get(job_id, job.gpus_requested)
         on_node = fitter.on_node(job, need)
         gpus = fitter(job, need, on_node)
         if gpus is None and ranking.preempt:
@@ -638,7 +655,7 @@ def _two_pointer(
             if lowest is None or not preempt or not key(lowest) > rank:
                 break
         job = jobs[job_id]
-        need = job.spec.gpus
+        need = job.gpus_requested
         on_node = fitter.on_node(job, need)
         gpus = fitter(job, need, on_node)
         if gpus is None and preempt:

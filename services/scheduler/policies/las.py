@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from services.core.decisions import Ranking
 from services.core.protocols import Trigger
 from services.core.registry import SCHEDULING
-from services.core.state import ClusterState, JobState
+from services.core.state import ClusterState, JobState, JobStatus
 
 BLOX_STARVATION_S = 3600.0 * 1000.0
 """Blox's ``priority_thresh``: a job waiting this long gets priority over all others."""
@@ -51,7 +51,17 @@ class Las:
         return job.longest_wait_s >= limit or job.current_wait_s(now) >= limit
 
     def sort_key(self, job: JobState, now: float) -> tuple[Any, ...]:
-        return (0 if self.promoted(job, now) else 1, job.attained_service, job.submit_time, job.seq)
+        # ``promoted`` inlined: this runs for every job that changes state in a simulation.
+        limit = self.starvation_s
+        promoted = limit is not None and (
+            job.longest_wait_s >= limit
+            or (
+                job.status is JobStatus.QUEUED
+                and job.queued_since is not None
+                and max(0.0, now - job.queued_since) >= limit
+            )
+        )
+        return (0 if promoted else 1, job.attained_service, job.submit_time, job.seq)
 
     def key_parts(self, job: JobState) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         """For a running job: ``sort_key == (*head, attained_service, *tail)`` at every ``now``
@@ -62,9 +72,12 @@ class Las:
 
     def key_stable_until(self, job: JobState, now: float) -> float:
         limit = self.starvation_s
-        if limit is None or job.queued_since is None or self.promoted(job, now):
+        since = job.queued_since
+        if limit is None or since is None or job.longest_wait_s >= limit:
             return math.inf
-        return job.queued_since + limit
+        if job.status is JobStatus.QUEUED and max(0.0, now - since) >= limit:
+            return math.inf  # promoted already
+        return since + limit
 
     def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
         key = self.sort_key
