@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import logging
 import multiprocessing
+import os
 import random
 import statistics
 import tempfile
@@ -116,7 +117,8 @@ def _line(name: str, t: RoundTimings, place_s: float) -> str:
         f"{name:<8} total {total * 1e3:8.1f} ms | snapshot {t.snapshot * 1e3:6.1f} | rank {t.rank * 1e3:6.1f} | "
         f"publish {t.publish * 1e3:6.1f} | placement {t.placement * 1e3:7.1f} (policy {place_s * 1e3:6.1f}) | "
         f"apply {t.apply * 1e3:8.1f} (revoke {t.revoke * 1e3:.0f}, wait {t.wait * 1e3:.0f}, grant {t.grant * 1e3:.0f})"
-        f" | grants acked after {t.grants_acked * 1e3:6.1f} | launched {t.launched:5d} suspended {t.suspended:4d}"
+        f" | cpu {t.cpu * 1e3:6.1f} | grants acked after {t.grants_acked * 1e3:6.1f}"
+        f" | launched {t.launched:5d} suspended {t.suspended:4d}"
     )
 
 
@@ -160,6 +162,7 @@ async def run(nodes_count: int, gpus_per_node: int, jobs: int, rounds: int, arri
               f"{service.build_snapshot(time.time())[1].free_gpu_count} GPUs free")  # fmt: skip
 
         steady: list[float] = []
+        steady_cpu: list[float] = []
         for r in range(rounds):
             ids = [f"new-{r}-{i}" for i in range(arrivals)]
             for i, job_id in enumerate(ids):
@@ -172,8 +175,12 @@ async def run(nodes_count: int, gpus_per_node: int, jobs: int, rounds: int, arri
             await _until(lambda: service.rounds_run > before and service.timings.grants_acked > 0, 60)  # noqa: B023
             t = service.timings
             steady.append(t.snapshot + t.rank + t.publish + t.placement + t.apply)
+            steady_cpu.append(t.cpu)
             print(_line(f"steady{r}", t, placement.place_s))
         median = statistics.median(steady)
+        print(f"steady round CPU of the scheduler process (with the in-process placement) median "
+              f"{statistics.median(steady_cpu) * 1e3:.1f} ms; host load average {os.getloadavg()[0]:.1f} "
+              f"on {os.cpu_count()} CPUs")  # fmt: skip
         print(f"steady round median {median * 1e3:.1f} ms (target <= {TARGET_S * 1e3:.0f} ms): "
               f"{'MET' if median <= TARGET_S else 'MISSED'}")  # fmt: skip
         print(f"baseline: snapshot read from the store instead of the book: {baseline_snapshot * 1e3:.0f} ms "

@@ -1,18 +1,22 @@
 """The scheduler service against a real nats-server and a real SQLite store.
 
-Workers are ``services.scheduler.fakes.FakeWorkers`` (real bus, fake processes); placement is
-``InlinePlacement`` (the placement policy run on the scheduler's own round snapshot) until the
-placement service exists.
+Workers are ``services.scheduler.fakes.FakeWorkers`` (real bus, fake processes). Placement is
+``InlinePlacement`` (the placement policy run on the scheduler's own round snapshot) in most tests,
+which keeps them independent of the placement service's event-built view; one test runs the real
+placement service (``services/placement/service.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -21,8 +25,10 @@ from schemas.job import JobSpec
 from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobSuspended, SuspendReason
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant
 from schemas.subjects import JOB_ACCEPTED, JOB_ARRIVED, JOB_CANCEL, JOB_SUSPENDED, QUERY_JOBS, lease_grant
-from services.core.registry import UnknownPolicyError
-from services.core.state import JobStatus
+from services.core.decisions import Ranking
+from services.core.protocols import Trigger
+from services.core.registry import SCHEDULING, UnknownPolicyError
+from services.core.state import ClusterState, JobState, JobStatus
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus, BusOptions
 from services.runtime.consumer import ConsumerOptions
@@ -31,6 +37,7 @@ from services.scheduler.config import SchedulerConfig
 from services.scheduler.fakes import FakeWorkers, InlinePlacement
 from services.scheduler.service import SchedulerService
 
+REPO = Path(__file__).resolve().parents[2]
 FAST = ConsumerOptions(fetch_timeout_s=0.1, retry_backoff_s=0.05)
 
 
@@ -77,7 +84,7 @@ class Cluster:
         await self.workers.start(heartbeat_s=heartbeat_s)
         return self.workers
 
-    async def start_scheduler(self, **settings: Any) -> SchedulerService:
+    async def start_scheduler(self, *, inline_placement: bool = True, **settings: Any) -> SchedulerService:
         defaults: dict[str, Any] = {
             "round_s": 0.3, "leader_ttl_s": 1.0, "plan_timeout_s": 2.0, "request_timeout_s": 0.5,
             "revoke_margin_s": 0.5, "lease_ttl_s": 30.0, "log_format": "text",
@@ -93,7 +100,8 @@ class Cluster:
         bus = await self.connect(config.instance or "sched")
         await service.start(bus)
         placement = InlinePlacement(bus, service)
-        await placement.start()
+        if inline_placement:
+            await placement.start()
         self.replicas.append((service, bus, placement))
         return service
 
@@ -450,3 +458,97 @@ async def test_restarting_with_another_policy_keeps_running_jobs_and_loses_or_du
             record = await las.store.get_job(job_id)
             assert record is not None
             assert record.status is JobStatus.COMPLETED, job_id
+
+
+async def test_rounds_through_the_real_placement_service(broker: Broker, namespace: str, tmp_path: Path) -> None:
+    from services.placement.service import PlacementConfig, PlacementService
+
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 2, "n1": 2}, stop_delay_s=0.1)
+        placement = PlacementService(PlacementConfig(nats=broker.url, namespace=namespace, policy="consolidated"))
+        await placement.start(await c.connect("placement"))
+        try:
+            s = await c.start_scheduler(policy="las", inline_placement=False)
+            await wait_for(lambda: s.is_leader and len(s.inventory) == 2, what="leader")
+            for i in range(3):
+                await c.submit(f"big-{i}", spec(f"big-{i}", gpus=2))
+            await wait_for(lambda: len(running_jobs(s)) == 2, what="two 2-GPU jobs running")
+            for job_id in running_jobs(s):
+                entry = s.book.entry(job_id)
+                assert entry is not None
+                assert entry.lease is not None
+                assert len(entry.lease.parts) == 1  # consolidated: one node each
+            # LAS time-slices: the waiting job gets a node once the others have more service.
+            await wait_for(lambda: "big-2" in running_jobs(s), timeout_s=10, what="big-2 running")
+            assert placement.plans >= 2
+            assert workers.max_concurrent_runs == 1
+            assert not workers.refused
+        finally:
+            await placement.stop()
+
+
+class _ConvergedPolicy:
+    """FIFO order; jobs named ``conv-*`` that run are reported converged (Blox §5.3 termination)."""
+
+    name: ClassVar[str] = "test-converged"
+    triggers: ClassVar[Trigger] = Trigger.TIMER
+
+    def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
+        order = tuple(j.job_id for j in sorted(jobs.values(), key=lambda j: j.seq))
+        done = {j.job_id: "converged" for j in jobs.values() if j.is_running and j.spec.name.startswith("conv")}
+        return Ranking(order=order, terminate=done)
+
+
+SCHEDULING.register("test-converged")(_ConvergedPolicy)
+
+
+async def test_policy_termination_revokes_with_reason_terminate_and_completes_the_job(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 1})
+        s = await c.start_scheduler(policy="test-converged")
+        await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader")
+        await c.submit("conv-1", spec("conv-1"))
+        await c.submit("next", spec("next"))
+        await wait_for(lambda: "next" in running_jobs(s), what="next running after conv-1 ended")
+        lease_id = next(lid for cmd, lid, *_ in workers.log if cmd == "grant")
+        assert workers.revoke_reasons == {lease_id: "terminate"}
+        assert s.store is not None
+        record = await s.store.get_job("conv-1")
+        assert record is not None
+        assert record.status is JobStatus.COMPLETED
+        assert record.checkpoint_path == "/ckpt/conv-1/10"
+
+
+async def test_the_module_runs_a_replica_that_leads_and_resigns_on_sigterm(
+    broker: Broker, namespace: str, tmp_path: Path, bus: Bus
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.scheduler", "--nats", broker.url, "--namespace", namespace,
+        "--db", str(tmp_path / "db"), "--policy", "las", "--round-s", "1", "--leader-ttl-s", "2",
+        "--log-format", "text", env=env, cwd=str(REPO),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        reply: JobsReply | None = None
+        deadline = time.monotonic() + 20
+        while reply is None:
+            try:
+                reply = await bus.request(QUERY_JOBS, JobsQuery(), JobsReply, timeout_s=0.5)
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+        assert reply.jobs == []
+        assert reply.epoch > 0
+        child.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(child.communicate(), 20)
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    assert child.returncode == 0, stderr.decode()[-2000:]
+    leader = await bus.kv("scheduler-leader", ttl_s=2)
+    assert await leader.get("leader") is None  # resigned: a follower need not wait for the TTL
