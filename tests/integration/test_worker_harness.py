@@ -131,12 +131,13 @@ LOOP_SCRIPT = textwrap.dedent("""
             job.iteration_done(loss=1.0)
             if job.iteration % 5 == 0:
                 job.checkpoint(extra={"sum": 0})
-    if mode == "crash":
+    crash_rank = int(sys.argv[4]) if len(sys.argv) > 4 else job.rank
+    if mode == "crash" and crash_rank == job.rank:
         for _ in job.iterate(range(10**9), max_iterations=3):
             time.sleep(sleep_s)
         sys.stderr.write("boom: out of patience\\n")
         sys.exit(3)
-    for i in job.iterate(range(iterations), max_iterations=iterations, epochs=1):
+    for i in job.iterate(range(max(iterations, 1)), max_iterations=iterations, epochs=1):
         time.sleep(sleep_s)
         state["sum"] += i
         log.write(f"{i}\\n"); log.flush()
