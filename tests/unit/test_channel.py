@@ -86,12 +86,11 @@ def _client(path: Path, rank: int, world: int, stopped_at: dict[int, int], step_
     """A rank's training loop in a thread: one 'iteration' is a short sleep."""
 
     def loop() -> None:
-        job = Job(JobEnv(rank=rank, world_size=world, channel=path))
+        job = Job(JobEnv(rank=rank, world_size=world, channel=path, checkpoint_dir=path.parent))
         while not job.should_stop():
             time.sleep(step_s)
             job.iteration_done()
         stopped_at[rank] = job.iteration
-        job.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
         job.close()
 
     thread = threading.Thread(target=loop, daemon=True)
