@@ -2,9 +2,10 @@
 
 One process (this one) publishes ``--jobs`` ``job.arrived`` events, pipelined in chunks with
 ``Bus.publish_many`` (each chunk waits for its JetStream acks). The admission service runs as a
-child process (``python -m services.admission``, policy ``accept-all``) and the scheduler as another
-(``python -m services.scheduler``, SQLite store in a temporary directory), each on its own core, all
-against the bundled nats-server. Measured, from the first publish:
+child process (``python -m services.admission``, policy ``accept-all``), the scheduler as another
+(``python -m services.scheduler``, SQLite store in a temporary directory) with the placement service
+it asks for plans (``python -m services.placement``), all against the bundled nats-server.
+Measured, from the first publish:
 
 * ``published``: every arrival stored on JetStream (the submitter's ack);
 * ``accepted``: every ``job.accepted`` published by admission (counted by a core subscriber);
@@ -107,6 +108,8 @@ async def measure(url: str, jobs: int, chunk: int, *, with_scheduler: bool, data
     bus = await Bus.connect(url, name="bench-submitter", options=BusOptions(namespace=namespace))
     children = [await start_child("services.admission", url, namespace, "--policy", "accept-all")]
     if with_scheduler:
+        # The scheduler's arrival-triggered rounds wait for placement's plan, so run it too.
+        children.append(await start_child("services.placement", url, namespace))
         children.append(await start_child(
             "services.scheduler", url, namespace, "--db", str(data_dir / "store"), "--round-s", "3600",
         ))  # fmt: skip
