@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
+from services.core.registry import SCHEDULING, UnknownPolicyError
 from services.runtime.config import ServiceConfig
 
 
@@ -35,3 +36,14 @@ class SchedulerConfig(ServiceConfig):
     query_finished_limit: int = Field(
         default=10_000, ge=0, le=1_000_000, description="Finished jobs read from the store per query."
     )
+
+    @model_validator(mode="after")
+    def _policy_builds(self) -> SchedulerConfig:
+        # Fail at configuration time, with the valid names, rather than when the service starts.
+        try:
+            SCHEDULING.create(self.policy, **self.policy_options)
+        except UnknownPolicyError as exc:
+            raise ValueError(str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"policy {self.policy!r} rejects policy_options {self.policy_options}: {exc}") from None
+        return self

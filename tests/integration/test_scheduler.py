@@ -31,6 +31,7 @@ from services.core.registry import SCHEDULING, UnknownPolicyError
 from services.core.state import ClusterState, JobState, JobStatus
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus, BusOptions
+from services.runtime.config import ConfigError, load_config
 from services.runtime.consumer import ConsumerOptions
 from services.runtime.store import LeaseState
 from services.scheduler.config import SchedulerConfig
@@ -206,8 +207,12 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
 
 
 def test_unknown_policy_lists_the_valid_ones(tmp_path: Path) -> None:
-    with pytest.raises(UnknownPolicyError, match=r"valid: .*las"):
-        SchedulerService(SchedulerConfig(policy="no-such-policy", db=str(tmp_path)))
+    with pytest.raises(ConfigError, match=r"unknown scheduling policy 'no-such-policy'; valid: .*las"):
+        load_config(SchedulerConfig, flags={"policy": "no-such-policy", "db": str(tmp_path)})
+    with pytest.raises(ConfigError, match=r"policy 'las' rejects policy_options"):
+        load_config(SchedulerConfig, flags={"policy": "las", "policy_options": {"starvation_s": -1}})
+    with pytest.raises(UnknownPolicyError, match=r"valid: .*las"):  # a config built without validation
+        SchedulerService(SchedulerConfig.model_construct(policy="no-such-policy", db=str(tmp_path)))
 
 
 async def test_las_preempts_the_most_served_job_and_revokes_before_granting(
