@@ -71,7 +71,7 @@ def fit(args: argparse.Namespace, job: train.Job, model: nn.Module, loader: Data
         loss.backward()
         optimizer.step()
         last = loss.item()
-        job.report(loss=last)
+        job.report(loss=last, batch_size=len(x))
         if args.sleep:
             time.sleep(args.sleep)
         if job.rank == 0 and args.log_every and (job.iteration + 1) % args.log_every == 0:

@@ -178,10 +178,13 @@ class Job:
             self._last_report = now
             self.report()
 
-    def report(self, *, loss: float | None = None) -> None:
-        """Hand the latest loss and iteration time to the agent, which publishes ``JobMetrics``."""
+    def report(self, *, loss: float | None = None, batch_size: int | None = None) -> None:
+        """Hand the latest loss and iteration time to the agent, which publishes ``JobMetrics``
+        (with ``batch_size``, once given, also the throughput in samples per second)."""
         if loss is not None:
             self._loss = loss
+        if batch_size is not None and self._channel is not None:
+            self._channel.set_samples(batch_size)
         if self._channel is not None:
             self._channel.report(loss=self._loss, iteration_time_s=self._iter_time or None)
 

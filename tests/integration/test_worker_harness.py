@@ -141,7 +141,7 @@ LOOP_SCRIPT = textwrap.dedent("""
         time.sleep(sleep_s)
         state["sum"] += i
         log.write(f"{i}\\n"); log.flush()
-        job.report(loss=1.0 / (1 + i))
+        job.report(loss=1.0 / (1 + i), batch_size=8)
     if job.stopping or job.iteration == iterations:
         job.checkpoint(extra=state)
     job.close()

@@ -101,6 +101,8 @@ async def test_a_granted_job_runs_to_completion_and_reports_it(cluster: Cluster)
     assert metrics
     assert metrics[-1].lease_id == grant.lease_id
     assert metrics[-1].loss is not None
+    assert metrics[-1].batch_size == 8
+    assert metrics[-1].throughput is not None
     # The lease leaves the heartbeat once its process is gone.
     await wait_for(
         lambda: [
