@@ -66,6 +66,7 @@ from services.core.state import ClusterState, JobState, JobStatus
 from services.runtime.bus import Bus
 from services.runtime.config import ServiceConfig
 from services.runtime.consumer import ConsumerOptions, DurableConsumer
+from services.runtime.kv import KVEntry, KVWatcher
 from services.runtime.service import RoundhouseService
 from services.runtime.store import (
     ConstraintViolationError,
@@ -85,6 +86,9 @@ from services.scheduler.executor import DeposedError, GrantRefusedError, LeaseEx
 from services.scheduler.inventory import META_KEY, Inventory
 from services.scheduler.leader import LeaderElection
 from services.scheduler.leases import Lease, leases_from_records, new_lease_id
+from services.scheduler.metrics import BUCKET as METRICS_BUCKET
+from services.scheduler.metrics import BUCKET_TTL_S as METRICS_TTL_S
+from services.scheduler.metrics import apply_metrics
 from services.scheduler.queries import answer
 from services.scheduler.rounds import RoundTimer, ValidPlan, validate_plan
 from services.scheduler.topology import Topology, UnknownGpuError
@@ -147,6 +151,7 @@ class _Term:
     subscriptions: list[Subscription] = field(default_factory=list)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     pending_plan: tuple[int, int, asyncio.Future[PlacementPlan]] | None = None
+    watchers: list[KVWatcher] = field(default_factory=list)
     dispatch: asyncio.Future[None] | None = None
     """The last round's grants being sent (see ``SchedulerService._dispatch_grants``)."""
 
@@ -290,6 +295,8 @@ class SchedulerService(RoundhouseService):
         term.subscriptions.append(await bus.subscribe(JOB_SUSPENDED, JobSuspended, self._on_suspension_seen))
         term.subscriptions.append(await bus.subscribe(PLACEMENT_PLAN, PlacementPlan, self._on_plan))
         term.subscriptions.append(await bus.serve(QUERY_JOBS, JobsQuery, self._on_query))
+        metrics = await bus.kv(METRICS_BUCKET, ttl_s=METRICS_TTL_S)
+        term.watchers.append(await metrics.watch(">", self._on_metrics))
         self._spawn(term, self._round_loop(term), "rounds")
         self._spawn(term, self._sweep_loop(term), "sweep")
         term.timer.soon()
@@ -308,6 +315,8 @@ class SchedulerService(RoundhouseService):
                 await sub.unsubscribe()
         for consumer in term.consumers:
             await consumer.stop()
+        for watcher in term.watchers:
+            await watcher.stop()
         if term.pending_plan is not None and not term.pending_plan[2].done():
             term.pending_plan[2].cancel()
         self.book = JobBook()
@@ -478,6 +487,10 @@ class SchedulerService(RoundhouseService):
             await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_SUSPENDED])
         if event.reason is not SuspendReason.PREEMPTED:
             self._churn(RoundTrigger.COMPLETION)
+
+    async def _on_metrics(self, entry: KVEntry) -> None:
+        if self._term is not None:
+            apply_metrics(self.book, entry)
 
     async def _on_suspension_seen(self, event: JobSuspended) -> None:
         """The fast path of a revoke: the same fact on core NATS, before the durable consumer has

@@ -557,3 +557,34 @@ async def test_the_module_runs_a_replica_that_leads_and_resigns_on_sigterm(
     assert child.returncode == 0, stderr.decode()[-2000:]
     leader = await bus.kv("scheduler-leader", ttl_s=2)
     assert await leader.get("leader") is None  # resigned: a follower need not wait for the TTL
+
+
+async def test_loss_reported_through_job_metrics_terminates_a_converged_job(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    import json
+
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 1})
+        s = await c.start_scheduler(policy="loss-termination")
+        await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader")
+        converging = JobSpec(name="fit", command=["python", "train.py"], loss_target=0.5, grace_period_s=5)
+        await c.submit("fit", converging)
+        await c.submit("after", spec("after"))
+        _, lease_id = await held_by_worker(workers, "fit")
+        metrics = await c.client.kv("job-metrics", ttl_s=3600)
+        await metrics.put("fit", json.dumps({"job_id": "fit", "iteration": 40, "loss": 0.9, "iteration_time_s": 0.5,
+                                             "loss_history": [[1.0, 2.0], [2.0, 0.9]]}).encode())  # fmt: skip
+        await wait_for(lambda: s.book.jobs["fit"].state.loss == 0.9, what="loss folded in")
+        fit = s.book.jobs["fit"].state
+        assert fit.loss_history == [(1.0, 2.0), (2.0, 0.9)]
+        assert fit.iteration_time_s == 0.5
+        await asyncio.sleep(0.5)  # rounds run; 0.9 is not converged
+        assert not workers.revoke_reasons
+        await metrics.put("fit", json.dumps({"job_id": "fit", "iteration": 80, "loss": 0.5}).encode())
+        await wait_for(lambda: "after" in running_jobs(s), what="after running once fit was terminated")
+        assert workers.revoke_reasons == {lease_id: "terminate"}
+        assert s.store is not None
+        record = await s.store.get_job("fit")
+        assert record is not None
+        assert record.status is JobStatus.COMPLETED
