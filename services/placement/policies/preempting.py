@@ -248,7 +248,14 @@ class _Walk:
 
 
 def _as_running(job: JobState, gpus: tuple[int, ...]) -> JobState:
-    """A copy of a waiting job as if it held ``gpus`` (the original is never touched)."""
+    """A plain ``JobState`` copy of a waiting job as if it held ``gpus`` (the original, which may be
+    an owner's subclass such as the simulator's, is never touched)."""
     if job.is_running and job.gpus == gpus:
         return job
-    return dataclasses.replace(job, status=JobStatus.RUNNING, gpus=gpus)
+    copy = JobState(**{f.name: getattr(job, f.name) for f in _JOB_FIELDS})
+    copy.status = JobStatus.RUNNING
+    copy.gpus = gpus
+    return copy
+
+
+_JOB_FIELDS = dataclasses.fields(JobState)

@@ -350,3 +350,29 @@ def test_preempting_ignores_rank_preemption() -> None:
 def test_preempting_rejects_bad_options(options: dict[str, Any], error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         PLACEMENT.create("preempting", **options)
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class OwnerState(JobState):
+    """An owner's subclass with a required field of its own (the simulator's ``SimJobState`` is one)."""
+
+    token: object
+
+
+def owned(j: JobState) -> OwnerState:
+    return OwnerState(**{f.name: getattr(j, f.name) for f in dataclasses.fields(JobState)}, token=object())
+
+
+def test_preempting_accepts_owner_subclasses_of_job_state() -> None:
+    # same as "a victim launched earlier in the same walk": the launched be-new is copied as a
+    # running JobState for the victim policy without calling the subclass's constructor
+    items = [
+        owned(fjob("be-old", gpus=2, on=(0, 1), grace=600.0)),
+        owned(fjob("be-new", gpus=2, grace=30.0, submit=1.0, seq=1)),
+        owned(fjob("te", kind="TE", gpus=2, submit=2.0, seq=2)),
+    ]
+    jobs = jobs_of(*items)
+    state = cluster(1, 4, running=items[:1])
+    ranking = SCHEDULING.create("fifo").rank(jobs, state, 0.0)
+    placement = PLACEMENT.create("preempting").place(ranking, jobs, state, 0.0)
+    assert allocation(placement) == {"be-old": (0, 1), "te": (2, 3)}
