@@ -81,6 +81,10 @@ class LeaseExecutor:
             if event is not None:
                 event.set()
 
+    def is_awaited(self, lease_id: str) -> bool:
+        """Whether a round is waiting for this lease (it then releases it itself at its deadline)."""
+        return lease_id in self._waiters
+
     async def wait_released(self, leases: list[Lease], deadline: float, active: Callable[[str], bool]) -> list[str]:
         """Wait until each lease is released or ``deadline`` (wall clock); returns those still held."""
         pending = {lease.lease_id: asyncio.Event() for lease in leases if active(lease.lease_id)}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -601,7 +600,7 @@ class SchedulerService(RoundhouseService):
             for lease in list(self.book.leases.values()):
                 if lease.lease_id in released or lease.revoke_deadline is None or lease.revoke_deadline > now:
                     continue
-                if lease.lease_id not in (self._term.executor._waiters if self._term else {}):
+                if self._term is None or not self._term.executor.is_awaited(lease.lease_id):
                     changes.append(self.book.release(lease.lease_id, now))
             if changes:
                 await self._commit(self.book.merge(changes))
@@ -937,7 +936,3 @@ class SchedulerService(RoundhouseService):
             attempt=state.preemptions + 1,
         )  # fmt: skip
 
-
-def describe(config: SchedulerConfig) -> str:
-    """One line for logs: the policy and the timing settings."""
-    return json.dumps({"policy": config.policy, "round_s": config.round_s, "lease_ttl_s": config.lease_ttl_s})
