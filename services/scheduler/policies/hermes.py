@@ -25,7 +25,10 @@ their own ``Q_j``); (2) everyone else by ``C``, largest first; a job with no los
 ranks first (``C`` = +inf: it must run one quantum to be measured, which Eq. 4 needs anyway);
 (3) on equal ``C`` a running job before a waiting one (no needless preemption), then submit time,
 ``seq``. So at each quantum boundary the running job competes with its fresh ``C`` (the reading of
-Algorithm 3 where the current job is not preempted for a job with a lower ``C``).
+Algorithm 3 where the current job is not preempted for a job with a lower ``C``). With
+``yield_at_quantum_end=True`` the literal reading applies instead: Algorithm 3 line 13 takes the
+maximum over the *waiting* queue ``Q_W`` only, so a running job whose quantum ended ranks after
+every waiting job and gives its GPU to the best of them whenever its GPU has one.
 
 Choices where the paper is silent:
 
@@ -105,6 +108,7 @@ class Hermes:
         quantum_s: float = 10.0,
         milestones: Sequence[float] = (0.25, 0.5, 0.75),
         growth: float = 2.0,
+        yield_at_quantum_end: bool = False,
     ) -> None:
         self.quantum_s = check_quantum(quantum_s)
         marks = tuple(float(m) for m in milestones)
@@ -114,6 +118,7 @@ class Hermes:
             raise ValueError(f"growth must be >= 1 (the quantum only grows), got {growth}")
         self.milestones = marks
         self.growth = float(growth)
+        self.yield_at_quantum_end = yield_at_quantum_end
 
     def quantum_of(self, job: JobState) -> float:
         """The job's quantum: ``quantum_s x growth ** (milestones passed)``."""
@@ -138,7 +143,8 @@ class Hermes:
         if job.is_running and protected(job, now, self.quantum_of(job)):
             return (0, 0.0, 0, job.submit_time, job.seq)
         c = self.convergence_of(job)
-        return (1, -math.inf if c is None else -c, 0 if job.is_running else 1, job.submit_time, job.seq)
+        group = 2 if job.is_running and self.yield_at_quantum_end else 1
+        return (group, -math.inf if c is None else -c, 0 if job.is_running else 1, job.submit_time, job.seq)
 
     def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
         key = self.key

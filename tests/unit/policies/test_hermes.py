@@ -109,6 +109,16 @@ RANK_CASES: list[tuple[str, str, dict[str, Any], list[JobState], list[str]]] = [
         ],
         ["prot", "c", "b", "d", "a"],
     ),
+    (
+        "hermes, yield_at_quantum_end: an expired running job goes after every waiting job",
+        "hermes",
+        {"yield_at_quantum_end": True},
+        [
+            hjob("stalled", [(0.0, 1.0), (2.0, 1.0)], submit=0.0),
+            hjob("fast", RUN1 + RUN2, on=(0,), started=50.0, submit=1.0, seq=1),  # C .15, expired
+        ],
+        ["stalled", "fast"],
+    ),
     ("rr quantum option: 10 s expires r-prot too", "rr", {"quantum_s": 10.0},
      [job("r-prot", on=(1,), started=80.0), job("w", queued_since=90.0, seq=1)], ["w", "r-prot"]),
 ]
