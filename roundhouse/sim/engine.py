@@ -345,7 +345,8 @@ class Simulator:
         job.version += 1
         job.status = JobStatus.RUNNING
         job.gpus = gpus
-        job.start_line(start + overhead, self._rate(job, gpus))
+        rate = 1.0 if len(gpus) == 1 and job.gpus_requested == 1 else self._rate(job, gpus)
+        job.start_line(start + overhead, rate)
         if job.first_start_time is None:
             job.first_start_time = t
         job.last_start_time = t
@@ -458,12 +459,14 @@ class Simulator:
             if job is None or not job.is_running:
                 raise SimulationError(f"plan suspends job {job_id!r}, which is not running")
             self._suspend(job, t)
+        total = self.cluster.total_gpus
+        holders = self.cluster.gpu_jobs
         for job_id, gpus in plan.launch.items():
             job = jobs.get(job_id)
-            if job is None or job.is_running or job_id not in self.active:
+            if job is None or job.status is JobStatus.RUNNING or job_id not in self.active:
                 raise SimulationError(f"plan launches job {job_id!r}, which is not a waiting job")
             for g in gpus:
-                if not 0 <= g < self.cluster.total_gpus or not self.cluster.is_free(g):
+                if not 0 <= g < total or holders[g]:
                     raise SimulationError(f"plan puts job {job_id!r} on GPU {g}, which is not free")
             self._launch(job, tuple(gpus), t)
         return bool(plan.launch or plan.suspend or plan.terminate)

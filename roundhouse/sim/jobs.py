@@ -41,6 +41,7 @@ class SimJobState(JobState):
         "clock",
         "costs",
         "done0",
+        "gpus_requested",
         "line_a",
         "lost_gpu_s",
         "measured",
@@ -59,6 +60,8 @@ class SimJobState(JobState):
         self.trace = trace
         """The workload record; with it, ``spec`` is built on first access (see ``spec``)."""
         self._spec: JobSpec | None = None
+        self.gpus_requested: int = trace.gpus if trace is not None else kwargs["spec"].gpus
+        """A slot shadowing ``JobState.gpus_requested`` (same value, no spec needed, read per round)."""
         self._service0 = 0.0
         self._executed0 = 0.0
         self.done0 = 0.0
@@ -96,9 +99,14 @@ class SimJobState(JobState):
         self._spec = value
 
     @property
-    def gpus_requested(self) -> int:
-        trace = self.trace
-        return trace.gpus if trace is not None else self.spec.gpus
+    def loss_history(self) -> list[tuple[float, float]]:
+        """Always empty: simulated jobs report no loss (a fresh list, so no memory is held per job)."""
+        return []
+
+    @loss_history.setter
+    def loss_history(self, value: list[tuple[float, float]]) -> None:
+        if value:
+            raise ValueError("simulated jobs keep no loss history")
 
     def _productive_s(self) -> float:
         if self.status is not JobStatus.RUNNING:

@@ -327,13 +327,13 @@ class _Victims:
     def _at(self, index: int) -> int | None:
         """The first alive victim at or after ``index``, reading more from the ranking if needed."""
         nxt = self._next
-        if index < len(nxt) and nxt[index] == index:
-            return index
-        index = self._find(index)
-        while index >= len(self._ids):
+        if index < len(nxt):
+            if nxt[index] == index:
+                return index
+            index = self._find(index)
+        while index >= len(nxt):  # past the victims read so far (index == len(nxt) here)
             if not self._pull():
                 return None
-            index = self._find(index)
         return index
 
     def lowest(self) -> str | None:
@@ -445,7 +445,8 @@ class _Victims:
         for index in chosen:
             free.give(jobs[ids[index]].gpus)
             suspended[ids[index]] = None
-        gpus = self.fitter(job, need, on_node)
+        fitter = self.fitter
+        gpus = fitter.fit(job, need, free, fitter.cluster)  # the promise says it fits now
         if gpus is None:
             raise PlacementError(
                 f"the placement rule found no GPUs for job {job.job_id!r} ({need} GPUs) although its "
@@ -596,7 +597,7 @@ def place_in_order(
                 launch[job_id] = gpus
             continue
         need = targets.get(job_id, job.gpus_requested)
-        on_node = fitter.on_node(job, need)
+        on_node = fitter.on_node(job, need) if need > 1 else 0
         gpus = fitter(job, need, on_node)
         if gpus is None and ranking.preempt:
             if victims is None:
@@ -656,8 +657,8 @@ def _two_pointer(
                 break
         job = jobs[job_id]
         need = job.gpus_requested
-        on_node = fitter.on_node(job, need)
-        gpus = fitter(job, need, on_node)
+        on_node = fitter.on_node(job, need) if need > 1 else 0
+        gpus = fitter(job, need, on_node) if need <= free.total else None
         if gpus is None and preempt:
             gpus, _ = victims.make_room(job, need, on_node, below)
             if gpus is not None:

@@ -236,7 +236,7 @@ class ClusterState:
             held = self.gpu_jobs[g]
             if job_id not in held:
                 raise ValueError(f"job {job_id} does not hold GPU {g}")
-            rest = tuple(j for j in held if j != job_id)
+            rest = () if len(held) == 1 else tuple(j for j in held if j != job_id)
             self.gpu_jobs[g] = rest
             if not rest:
                 self._free_count += 1
