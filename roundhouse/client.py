@@ -48,7 +48,9 @@ class Client:
 
     @classmethod
     async def connect(cls, nats: str, *, namespace: str = "", name: str = "roundhouse-client") -> Client:
-        return cls(await Bus.connect(nats, name=name, options=BusOptions(namespace=namespace), provision=False))
+        # Provisioning the stream is idempotent; doing it here means a job submitted before the
+        # services have started waits in the stream instead of failing.
+        return cls(await Bus.connect(nats, name=name, options=BusOptions(namespace=namespace)))
 
     async def close(self) -> None:
         await self.bus.close()

@@ -8,6 +8,8 @@ reverse order of dependence: workers first (their jobs checkpoint and report), t
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
 import signal
@@ -24,6 +26,37 @@ from services.runtime.broker import Broker
 log = logging.getLogger("roundhouse.up")
 
 SERVICE_ORDER = ("metrics", "placement", "admission", "scheduler")
+
+
+async def _ping_counts(endpoint: Endpoint, kinds: dict[str, int]) -> dict[str, int]:
+    """How many instances of each service kind in ``endpoint``'s namespace answer a services-API ping."""
+    import nats
+
+    counts: dict[str, int] = {}
+    try:
+        nc = await nats.connect(endpoint.nats, allow_reconnect=False, connect_timeout=2)
+    except (OSError, nats.errors.Error):
+        return counts
+    try:
+        for kind in kinds:
+            inbox = nc.new_inbox()
+            sub = await nc.subscribe(inbox)
+            await nc.publish(f"$SRV.PING.roundhouse-{kind}", b"", reply=inbox)
+            await nc.flush()
+            await asyncio.sleep(0.15)
+            while True:
+                try:
+                    msg = await sub.next_msg(timeout=0.01)
+                except nats.errors.TimeoutError:
+                    break
+                if not msg.data:  # a "no responders" status: nobody of this kind is up yet
+                    continue
+                if json.loads(msg.data).get("metadata", {}).get("namespace") == endpoint.namespace:
+                    counts[kind] = counts.get(kind, 0) + 1
+            await sub.unsubscribe()
+    finally:
+        await nc.close()
+    return counts
 
 
 class LocalClusterError(RuntimeError):
@@ -136,6 +169,21 @@ class LocalCluster:
         for index in range(workers):
             self._spawn(f"worker-{index}", self._worker_args(index))
         return self.endpoint
+
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Block until every service and worker answers ``$SRV.PING`` (or raise with the logs)."""
+        assert self.endpoint is not None
+        workers = 1 if self.config.real_gpus else self.config.workers
+        want = {**dict.fromkeys(SERVICE_ORDER, 1), "worker": workers}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.check()
+            found = asyncio.run(_ping_counts(self.endpoint, want))
+            if all(found.get(kind, 0) >= count for kind, count in want.items()):
+                return
+            if time.monotonic() > deadline:
+                raise LocalClusterError(f"not ready after {timeout_s:.0f} s: answering {found}, want {want}")
+            time.sleep(0.2)
 
     def check(self) -> None:
         """Raise if a child has exited (with its log tail)."""

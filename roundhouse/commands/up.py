@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     code = 0
     try:
         endpoint = cluster.start()
+        cluster.wait_ready()
         gpus = "the GPUs NVML found" if real else f"{args.workers} workers x {args.gpus_per_worker} fake GPUs"
         print(f"roundhouse up: NATS {endpoint.nats} namespace {endpoint.namespace}; {gpus}; "
               f"logs in {cluster.state_dir / 'logs'}", flush=True)
