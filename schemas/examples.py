@@ -228,6 +228,7 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
             ranked=["job-0003", "job-0001", "job-0002"],
             gpu_targets={"job-0001": 16},
             terminate={"job-0009": "converged: loss plateaued for 20 epochs"},
+            preempt=False,
         ),
         ScheduleRound(epoch=0, round=0, state_version=0, ranked=[]),
     ),

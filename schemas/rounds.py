@@ -69,6 +69,11 @@ class ScheduleRound(Command):
     terminate: _Terminate = Field(
         default_factory=dict, description="Jobs to end now, with the reason (e.g. converged, Blox §5.3)."
     )
+    preempt: bool = Field(
+        default=True,
+        description="Whether placement may suspend running jobs for higher-ranked ones (False: FIFO-like "
+        "policies only fill free GPUs).",
+    )
 
     @field_validator("gpu_targets")
     @classmethod

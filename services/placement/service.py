@@ -172,7 +172,8 @@ class PlacementService(RoundhouseService):
             log.warning("round %d ranks %d job(s) placement has no spec for; they wait a round",
                         round_.round, missing)  # fmt: skip
         targets = {j: n for j, n in round_.gpu_targets.items() if j in jobs}
-        ranking = Ranking(order=tuple(jobs), terminate=dict(round_.terminate), gpu_targets=targets)
+        ranking = Ranking(order=tuple(jobs), terminate=dict(round_.terminate), gpu_targets=targets,
+                          preempt=round_.preempt)
         target = self.policy.place(ranking, jobs, cluster, now)
         diff = diff_plan(target, ranking, jobs)
         launch = {
