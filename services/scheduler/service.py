@@ -79,7 +79,7 @@ from services.runtime.store import (
     Store,
     WriteOp,
 )
-from services.scheduler.book import Change, JobBook
+from services.scheduler.book import Change, JobBook, JobNotArrivedError
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.executor import DeposedError, GrantRefusedError, LeaseExecutor
 from services.scheduler.inventory import META_KEY, Inventory
@@ -426,9 +426,14 @@ class SchedulerService(RoundhouseService):
             await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_REJECTED])
 
     async def _on_cancel(self, event: JobCancel) -> None:
+        assert self.store is not None
         now = time.time()
         async with self._lock:
             entry = self.book.entry(event.job_id)
+            if entry is None and await self.store.get_job(event.job_id) is None:
+                # Cancelled before its job.arrived was applied: redelivered with back-off until the
+                # job exists (dead-lettered after the consumer's max_deliver if it never does).
+                raise JobNotArrivedError(f"job {event.job_id!r} was cancelled before its job.arrived was applied")
             grace = entry.state.spec.grace_period_s if entry is not None else 0.0
             change = self.book.end(
                 event.job_id,

@@ -284,6 +284,21 @@ async def test_cancel_revokes_a_running_job_and_ends_a_waiting_one(
         assert [v.job_id for v in (await c.query()).jobs] == []
         assert [cmd for cmd, *_ in workers.log] == ["grant", "revoke"]  # "b" never ran
 
+        # A cancel that overtakes its job's arrival still wins (it is retried until the job exists).
+        await c.client.publish(JOB_CANCEL, JobCancel(job_id="early"))
+        await asyncio.sleep(0.2)
+        await c.submit("early", spec("early"))
+        store = s.store
+        assert store is not None
+        deadline = time.monotonic() + 10
+        while (early := await store.get_job("early")) is None or early.status is not JobStatus.CANCELLED:
+            assert time.monotonic() < deadline, f"early not cancelled: {early}"
+            await asyncio.sleep(0.05)
+        # It may have started before the cancel's redelivery found it; if so it was revoked for it.
+        await wait_for(lambda: workers.lease_of("early") is None, what="early not running")
+        early_leases = [lid for cmd, lid, *_ in workers.log[2:] if cmd == "grant"]
+        assert all(workers.revoke_reasons.get(lid) == "cancel" for lid in early_leases)
+
 
 async def test_redelivered_events_are_applied_once(broker: Broker, namespace: str, tmp_path: Path) -> None:
     from schemas.codec import encode
