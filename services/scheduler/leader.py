@@ -71,6 +71,7 @@ class LeaderElection:
         self._renewed_at = 0.0
         self.terms = 0
         """How many terms this replica has led (for stats and tests)."""
+        self._takeover: asyncio.Task[None] | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -138,11 +139,18 @@ class LeaderElection:
         self.epoch = revision
         self.terms += 1
         log.info("elected leader", extra={"epoch": revision, "instance": self.instance})
+        # Taking over (loading the store) runs beside the campaign, so renewals go on meanwhile.
+        self._takeover = asyncio.create_task(self._take_over(revision), name="scheduler-takeover")
+
+    async def _take_over(self, epoch: int) -> None:
         try:
-            await self._on_elected(revision)
+            await self._on_elected(epoch)
+        except asyncio.CancelledError:
+            raise
         except Exception:
             log.exception("taking over as leader failed; stepping down")
-            await self._resign_now()
+            if self.epoch == epoch:
+                await self._resign_now()
 
     async def _renew(self) -> None:
         assert self._bucket is not None
@@ -174,6 +182,11 @@ class LeaderElection:
         if epoch is None:
             return
         self.epoch = None
+        takeover, self._takeover = self._takeover, None
+        if takeover is not None and not takeover.done() and takeover is not asyncio.current_task():
+            takeover.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await takeover
         log.warning("no longer leader: %s", why, extra={"epoch": epoch, "instance": self.instance})
         try:
             await self._on_deposed(epoch)
