@@ -722,6 +722,7 @@ class SchedulerService(RoundhouseService):
         message = ScheduleRound.model_construct(
             epoch=term.epoch, round=number, state_version=version, trigger=trigger, policy=self.policy.name,
             ranked=ranked, gpu_targets=dict(ranking.gpu_targets), terminate=dict(ranking.terminate),
+            preempt=ranking.preempt,
         )  # fmt: skip
         t3 = time.perf_counter()
         await self.bus.publish(SCHEDULE_ROUND, message)

@@ -24,7 +24,16 @@ from schemas.control import JobsQuery, JobsReply
 from schemas.job import JobSpec
 from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobSuspended, SuspendReason
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant
-from schemas.subjects import JOB_ACCEPTED, JOB_ARRIVED, JOB_CANCEL, JOB_SUSPENDED, QUERY_JOBS, lease_grant
+from schemas.rounds import ScheduleRound
+from schemas.subjects import (
+    JOB_ACCEPTED,
+    JOB_ARRIVED,
+    JOB_CANCEL,
+    JOB_SUSPENDED,
+    QUERY_JOBS,
+    SCHEDULE_ROUND,
+    lease_grant,
+)
 from services.core.decisions import Ranking
 from services.core.protocols import Trigger
 from services.core.registry import SCHEDULING, UnknownPolicyError
@@ -165,6 +174,12 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         workers = await c.start_workers({"n0": 2, "n1": 2})
         s = await c.start_scheduler(policy="fifo")
         await wait_for(lambda: s.is_leader and len(s.inventory) == 2, what="leader with 2 nodes")
+        rounds: list[ScheduleRound] = []
+
+        async def seen(message: ScheduleRound) -> None:
+            rounds.append(message)
+
+        await c.client.subscribe(SCHEDULE_ROUND, ScheduleRound, seen)
         for i in range(5):
             await c.submit(f"job-{i}", spec(f"job-{i}"))
         await c.submit("held-0", spec("held-0"), accept=False)
@@ -182,6 +197,8 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         assert [v.job_id for v in reply.jobs] == sorted(by_id)
         assert {j for j, v in by_id.items() if v.status == "running"} == {"job-0", "job-1", "job-2", "job-3"}
         assert by_id["job-4"].status == "queued"
+        assert rounds
+        assert all(r.epoch == s.epoch and r.policy == "fifo" and not r.preempt for r in rounds)  # FIFO: no preemption
         assert by_id["held-0"].status == "held"
         assert sum(len(g) for v in by_id.values() for g in v.placement.values()) == 4
         page = await c.query(limit=2, after="job-0")
