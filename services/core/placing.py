@@ -415,12 +415,21 @@ class _Victims:
             return self._one_by_one(job, need, on_node, eligible)
         ids = self._ids
         if on_node:
+            batch = 1
             while True:
                 last = self._min_reach(on_node)
                 if last != _NEVER:
                     break
-                if (ids and not eligible(ids[-1])) or not self._pull():
+                if ids and not eligible(ids[-1]):
                     return None, 0
+                # Read more victims, twice as many each time (reading past the answer changes
+                # nothing: a node's reach depends only on the victims before it).
+                pulled = 0
+                while pulled < batch and self._pull():
+                    pulled += 1
+                if not pulled:
+                    return None, 0
+                batch *= 2
             if last < 0 or not eligible(ids[last]):
                 return None, 0
             gpu_node = self.fitter.cluster.gpu_node_positions
