@@ -64,7 +64,7 @@ from services.core.registry import SCHEDULING
 from services.core.state import ClusterState, JobState, JobStatus
 from services.runtime.bus import Bus
 from services.runtime.config import ServiceConfig
-from services.runtime.consumer import ConsumerOptions, DurableConsumer
+from services.runtime.consumer import ConsumerHandler, ConsumerOptions, DurableConsumer
 from services.runtime.kv import KVEntry, KVWatcher
 from services.runtime.service import RoundhouseService
 from services.runtime.store import (
@@ -195,6 +195,8 @@ class SchedulerService(RoundhouseService):
         self.plans_stale = 0
         self.plans_timed_out = 0
         self._lock = asyncio.Lock()
+        self._arriving: dict[str, asyncio.Future[None]] = {}
+        """job.arrived commits queued but not landed yet, by job id."""
         self._term: _Term | None = None
         self._round_no = 0
         self._topology: Topology | None = None
@@ -274,7 +276,7 @@ class SchedulerService(RoundhouseService):
             log.warning("requeueing %d running jobs without a lease", len(orphans))
             async with self._lock:
                 await self._requeue_orphans(orphans)
-        handlers: dict[str, tuple[type[Any], Callable[[Any], Awaitable[None]]]] = {
+        handlers: dict[str, tuple[type[Any], ConsumerHandler[Any]]] = {
             JOB_ARRIVED: (JobArrived, self._on_arrived),
             JOB_ACCEPTED: (JobAccepted, self._on_accepted),
             JOB_HELD: (JobHeld, self._on_held),
@@ -361,6 +363,57 @@ class SchedulerService(RoundhouseService):
             self._term.executor.released(change.released)
         return True
 
+    def _commit_later(
+        self,
+        change: Change | None,
+        *,
+        event_id: object,
+        consumer: str,
+        on_conflict: Callable[[], None] | None = None,
+        after: Callable[[], None] | None = None,
+    ) -> Awaitable[None] | None:
+        """Queue ``change`` as an applied event now and return its commit, to be awaited later.
+
+        The consumer runs the next handlers before awaiting it, so a fetched batch of independent
+        events (arrivals, acceptances of different jobs) shares one store transaction. The in-memory
+        effect is applied the moment the store commits (a done-callback, in commit order), not when
+        the consumer gets round to awaiting, so other handlers see it as early as possible. Call with
+        ``self._lock`` held.
+        """
+        assert self.store is not None
+        if change is None:
+            return None
+        future = self.store.apply_event_nowait(
+            str(event_id), self.bus.name(consumer) if self.bus else consumer, change.ops
+        )
+
+        def landed(done: asyncio.Future[bool]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                return
+            if done.result():
+                change.commit()
+                if change.released and self._term is not None:
+                    self._term.executor.released(change.released)
+            if after is not None:
+                after()
+
+        future.add_done_callback(landed)
+
+        async def settle() -> None:
+            try:
+                await future
+            except ConstraintViolationError:
+                if on_conflict is None:
+                    raise
+                on_conflict()
+            except StaleWriteError as exc:
+                term = self._term
+                if term is not None:
+                    self._spawn(term, self._step_down(exc), "step-down")
+                raise
+
+        return settle()
+
     async def _requeue_orphans(self, job_ids: list[str]) -> None:
         now = time.time()
         await self._commit(self.book.merge(self.book.requeue(job_id, now) for job_id in job_ids))
@@ -395,27 +448,37 @@ class SchedulerService(RoundhouseService):
             await self._commit(self.book.release(lease.lease_id, time.time()))
 
     # --- admission's facts and user intent ---------------------------------------------------
-    async def _on_arrived(self, event: JobArrived) -> None:
-        assert self.store is not None
+    async def _on_arrived(self, event: JobArrived) -> Awaitable[None] | None:
+        # Pipelined (see _commit_later): a fetched batch of arrivals becomes one transaction.
         async with self._lock:
-            try:
-                await self._commit(
-                    self.book.arrived(event.job_id, event.spec, event.ts),
-                    event_id=event.event_id,
-                    consumer=CONSUMERS[JOB_ARRIVED],
-                )
-            except ConstraintViolationError:
-                # The id exists (a finished job, or a resubmission with a new event id): one job per id.
-                log.info("job %s already exists; ignoring its new job.arrived", event.job_id)
+            pending = self._commit_later(
+                self.book.arrived(event.job_id, event.spec, event.ts),
+                event_id=event.event_id,
+                consumer=CONSUMERS[JOB_ARRIVED],
+                on_conflict=lambda: log.info("job %s already exists; ignoring its new job.arrived", event.job_id),
+            )
+            if pending is not None:
+                # job.accepted is consumed concurrently and may overtake this commit: let it wait.
+                landing = asyncio.ensure_future(pending)
+                self._arriving[event.job_id] = landing
+                landing.add_done_callback(lambda _: self._arriving.pop(event.job_id, None))
+                return landing
+            return None
 
-    async def _on_accepted(self, event: JobAccepted) -> None:
+    async def _on_accepted(self, event: JobAccepted) -> Awaitable[None] | None:
         assert self.store is not None
+        landing = self._arriving.get(event.job_id)
+        if landing is not None:
+            await asyncio.wait([landing])  # its job.arrived is committing right now
         async with self._lock:
             if self.book.entry(event.job_id) is None and await self.store.get_job(event.job_id) is not None:
-                return  # finished (e.g. cancelled) before admission answered
+                return None  # finished (e.g. cancelled) before admission answered
             change = self.book.accepted(event.job_id, time.time())
-            await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_ACCEPTED])
-        self._churn(RoundTrigger.ARRIVAL)
+            # The round this arrival triggers must see the job: churn once the commit has landed.
+            return self._commit_later(
+                change, event_id=event.event_id, consumer=CONSUMERS[JOB_ACCEPTED],
+                after=lambda: self._churn(RoundTrigger.ARRIVAL),
+            )  # fmt: skip
 
     async def _on_held(self, event: JobHeld) -> None:
         self.book.held(event.job_id, event.reason).commit()

@@ -190,6 +190,9 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         assert len(grants) == 4
         assert {epoch for *_, epoch in grants} == {s.epoch}
         await wait_for(lambda: all(lease.started for lease in s.book.leases.values()), what="job.started applied")
+        # Acceptances land in batches: job-4's may trail the four that started.
+        await wait_for(lambda: (e := s.book.entry("job-4")) is not None and e.state.status is JobStatus.QUEUED,
+                       what="job-4 accepted")
 
         reply = await c.query()
         by_id = {v.job_id: v for v in reply.jobs}
