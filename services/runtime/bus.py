@@ -34,8 +34,8 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 
 from schemas.base import Event, WireModel
-from schemas.codec import MalformedMessageError, decode, decode_as, encode
-from schemas.subjects import SubjectSpec, UnknownSubjectError, durable_patterns, spec_for
+from schemas.codec import MalformedMessageError, decode, decode_as, decoder_for, encode
+from schemas.subjects import SubjectSpec, durable_patterns, spec_for
 from services.runtime.consumer import ConsumerHandler, ConsumerOptions, DurableConsumer, MalformedHandler
 from services.runtime.kv import KVBucket
 
@@ -114,6 +114,7 @@ class Bus:
         self.options = options
         self.stats = BusStats()
         self._prefix = f"{options.namespace}." if options.namespace else ""
+        self._prefix_tokens = 1 if options.namespace else 0
         self._spec_cache: dict[str, SubjectSpec] = {}
         self._consumers: list[DurableConsumer[Any]] = []
         self._buckets: list[KVBucket] = []
@@ -304,31 +305,26 @@ class Bus:
 
         With ``queue`` the messages are shared among the group's members (scale-out).
         """
-        self._check_model(subject, model)
-
-        decode_message = self._decode
+        spec = self._check_model(subject, model)
+        # Everything about the subject is resolved once here; the receive path is one call.
+        decode_wire = decoder_for(spec, skip_tokens=self._prefix_tokens)
+        stats = self.stats
 
         async def on_message(msg: Msg) -> None:
-            event = decode_message(msg)
-            if event is None:
-                return
-            self.stats.received += 1
             try:
-                await handler(event)  # type: ignore[arg-type]  # decode checked the model
+                event = decode_wire(msg.subject, msg.data)
+            except MalformedMessageError as exc:
+                self._count_malformed(self.unwire(msg.subject))
+                log.warning("dropped malformed message: %s", exc)
+                return
+            stats.received += 1
+            try:
+                await handler(event)  # type: ignore[arg-type]  # the decoder checked the model
             except Exception:
-                self.stats.handler_errors += 1
+                stats.handler_errors += 1
                 log.exception("handler for %s failed", msg.subject)
 
         return await self.nc.subscribe(self.wire(subject), queue=queue or "", cb=on_message)
-
-    def _decode(self, msg: Msg) -> Event | None:
-        subject = self.unwire(msg.subject)
-        try:
-            return decode(subject, msg.data)
-        except (MalformedMessageError, UnknownSubjectError) as exc:
-            self._count_malformed(subject)
-            log.warning("dropped malformed message: %s", exc)
-            return None
 
     def _count_malformed(self, subject: str) -> None:
         self.stats.malformed += 1
