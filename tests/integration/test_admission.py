@@ -10,7 +10,7 @@ import re
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,10 +18,10 @@ import pytest
 from schemas.base import Event
 from schemas.job import JobSpec
 from schemas.jobs import JobAccepted, JobArrived, JobCompleted, JobHeld, JobRejected
-from schemas.nodes import GpuInventory, NodeRegister
 from services.admission.service import AdmissionConfig, AdmissionService
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus
+from tests.helpers import eventually, fake_node
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,23 +30,8 @@ def arrived(job_id: str, gpus: int = 1) -> JobArrived:
     return JobArrived(job_id=job_id, spec=JobSpec(name=job_id, command=["python", "train.py"], gpus=gpus))
 
 
-def register(node_id: str, gpus: int) -> NodeRegister:
-    return NodeRegister(
-        node_id=node_id, incarnation=uuid.uuid4(), hostname=node_id, cpus=32, memory_gb=256,
-        gpus=[GpuInventory(index=i, uuid=f"GPU-{node_id}-{i}", name="Fake", memory_mib=1024) for i in range(gpus)],
-    )  # fmt: skip
-
-
 def completed(job_id: str) -> JobCompleted:
     return JobCompleted(job_id=job_id, lease_id=f"lease-{job_id}", node_id="node-a", epoch=1, iteration=100)
-
-
-async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 class Verdicts:
@@ -96,7 +81,7 @@ async def test_accept_all_accepts_every_arrival_and_ignores_a_duplicate(
     for job_id in ("a", "b"):
         await bus.publish("job.arrived", arrived(job_id))
     await bus.publish("job.arrived", arrived("a"))  # a retried submit: same job id, new event id
-    await wait_for(lambda: accept_all.counts["duplicates"] == 1 and len(verdicts.seen) == 2)
+    await eventually(lambda: accept_all.counts["duplicates"] == 1 and len(verdicts.seen) == 2)
     assert [(k, j) for k, j, _ in verdicts.seen] == [("accepted", "a"), ("accepted", "b")]
     event = verdicts.event("accepted", "a")
     assert isinstance(event, JobAccepted)
@@ -112,7 +97,7 @@ async def test_a_malformed_spec_gets_a_clear_rejection_and_nothing_else_is_distu
     for raw in (json.dumps(good).encode(), anonymous):
         await bus.js.publish(bus.wire("job.arrived"), raw, headers={"Nats-Msg-Id": uuid.uuid4().hex})
     await bus.publish("job.arrived", arrived("good-1"))
-    await wait_for(lambda: len(verdicts.seen) == 2)
+    await eventually(lambda: len(verdicts.seen) == 2)
     assert [(k, j) for k, j, _ in verdicts.seen] == [("rejected", "bad-1"), ("accepted", "good-1")]
     rejection = verdicts.event("rejected", "bad-1")
     assert isinstance(rejection, JobRejected)
@@ -120,27 +105,27 @@ async def test_a_malformed_spec_gets_a_clear_rejection_and_nothing_else_is_distu
     assert "greater_than_equal" in rejection.reason
     assert accept_all.counts["malformed_rejected"] == 1
     assert accept_all._consumer is not None
-    await wait_for(lambda: accept_all._consumer is not None and accept_all._consumer.stats.dead_lettered == 2)
+    await eventually(lambda: accept_all._consumer is not None and accept_all._consumer.stats.dead_lettered == 2)
     # Both malformed messages are kept for inspection, and the consumer has nothing left to do.
     dead = await bus.js.stream_info(bus.stream_name, subjects_filter=bus.wire("deadletter.>"))
     assert dead.state.subjects == {bus.wire(f"deadletter.{namespace}_admission"): 2}
     assert await accept_all._consumer.pending() == 0
     # The user fixes the spec and resubmits under the same id: it is judged like any other job.
     await bus.publish("job.arrived", arrived("bad-1"))
-    await wait_for(lambda: verdicts.of("bad-1") == ["rejected", "accepted"])
+    await eventually(lambda: verdicts.of("bad-1") == ["rejected", "accepted"])
 
 
 async def test_load_threshold_holds_jobs_and_releases_them_in_order_as_capacity_frees(
     broker: Broker, bus: Bus, namespace: str, verdicts: Verdicts
 ) -> None:
-    await bus.publish("node.register", register("node-a", 4))
+    await bus.publish("node.register", fake_node("node-a", 4, gpu_name="Fake", memory_mib=1024))
     service = AdmissionService(config(broker, namespace, policy="load-threshold", policy_options={"factor": 1.0}))
     await service.start(bus)
     try:
         assert service.inventory.total_gpus == 4
         for job_id, gpus in (("j1", 4), ("j2", 2), ("j3", 1), ("j4", 1)):
             await bus.publish("job.arrived", arrived(job_id, gpus))
-        await wait_for(lambda: len(verdicts.seen) == 4)
+        await eventually(lambda: len(verdicts.seen) == 4)
         # Demand is checked before adding a job (Blox): j2 enters at demand 4 <= 4, j3 finds 6 > 4.
         assert [(k, j) for k, j, _ in verdicts.seen] == [
             ("accepted", "j1"), ("accepted", "j2"), ("held", "j3"), ("held", "j4"),
@@ -150,7 +135,7 @@ async def test_load_threshold_holds_jobs_and_releases_them_in_order_as_capacity_
         assert held.policy == "load-threshold"
         assert "6 GPUs" in held.reason
         await bus.publish("job.completed", completed("j1"))
-        await wait_for(lambda: len(verdicts.seen) == 6)
+        await eventually(lambda: len(verdicts.seen) == 6)
         assert [(k, j) for k, j, _ in verdicts.seen[4:]] == [("accepted", "j3"), ("accepted", "j4")]
         assert service.stats()["released"] == 2
         assert service.stats()["held_now"] == 0
@@ -162,12 +147,12 @@ async def test_rebuilds_the_ledger_by_replay_after_a_restart(
     broker: Broker, bus: Bus, namespace: str, verdicts: Verdicts
 ) -> None:
     settings = config(broker, namespace, policy="load-threshold", policy_options={"factor": 1.0})
-    await bus.publish("node.register", register("node-a", 2))
+    await bus.publish("node.register", fake_node("node-a", 2, gpu_name="Fake", memory_mib=1024))
     first = AdmissionService(settings)
     await first.start(bus)
     for job_id in ("j1", "j2", "j3", "j4"):
         await bus.publish("job.arrived", arrived(job_id, 1))
-    await wait_for(lambda: len(verdicts.seen) == 4)
+    await eventually(lambda: len(verdicts.seen) == 4)
     await first.stop()
     assert [k for k, _, _ in verdicts.seen] == ["accepted", "accepted", "accepted", "held"]
 
@@ -176,7 +161,7 @@ async def test_rebuilds_the_ledger_by_replay_after_a_restart(
     second = AdmissionService(settings)
     await second.start(bus)
     try:
-        await wait_for(lambda: len(verdicts.seen) == 6)
+        await eventually(lambda: len(verdicts.seen) == 6)
         # Replayed: j1 finished, so demand is 2 <= 2 GPUs: j4 (held first) is released, and the
         # arrival stored while admission was down (j5) then finds 3 > 2 and is held.
         assert [(k, j) for k, j, _ in verdicts.seen[4:]] == [("accepted", "j4"), ("held", "j5")]
@@ -200,7 +185,7 @@ async def test_runs_as_a_child_process_and_stops_on_sigterm(
     try:
         await bus.publish("job.arrived", arrived("small", 1))
         await bus.publish("job.arrived", arrived("huge", 8))
-        await wait_for(lambda: len(verdicts.seen) == 2, timeout_s=30)
+        await eventually(lambda: len(verdicts.seen) == 2, timeout_s=30)
         assert verdicts.of("small") == ["accepted"]
         assert verdicts.of("huge") == ["rejected"]
         rejection = verdicts.event("rejected", "huge")

@@ -19,19 +19,12 @@ from services.runtime.broker import Broker
 from services.runtime.bus import Bus, BusOptions, RemoteError, WrongModelError
 from services.runtime.consumer import ConsumerOptions
 from services.runtime.kv import KVConflictError, KVEntry
+from tests.helpers import eventually
 
 
 def arrived(n: int) -> JobArrived:
     base = example(JobArrived)
     return base.model_copy(update={"event_id": uuid.uuid4(), "job_id": f"job-{n}"})
-
-
-async def eventually(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 async def stream_messages(bus: Bus) -> int:

@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from services.metrics.service import JOB_BUCKET, NODE_BUCKET, MetricsConfig, Met
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus
 from services.runtime.kv import KVEntry
+from tests.helpers import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,14 +32,6 @@ def config(broker: Broker, namespace: str, **extra: object) -> MetricsConfig:
 def metric(job_id: str, ts: float, iteration: int, loss: float, it_s: float) -> JobMetrics:
     return JobMetrics(job_id=job_id, lease_id="l1", rank=0, iteration=iteration, loss=loss,
                       iteration_time_s=it_s, throughput=100.0, ts=ts)  # fmt: skip
-
-
-async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 class Watched:
@@ -64,7 +56,7 @@ async def test_job_metrics_are_aggregated_into_kv_and_a_watcher_sees_them(
         for event in (metric("j1", 100, 10, 2.0, 1.0), metric("j1", 104, 20, 1.0, 2.0),
                       metric("j1", 111, 30, 0.8, 4.0), metric("j2", 100, 5, 9.0, 0.5)):  # fmt: skip
             await bus.publish(job_metrics(event.job_id), event)
-        await wait_for(lambda: watched.latest.get("j1") is not None and watched.latest["j1"].samples == 3)
+        await eventually(lambda: watched.latest.get("j1") is not None and watched.latest["j1"].samples == 3)
     finally:
         await service.stop()
     j1 = watched.latest["j1"]
@@ -134,7 +126,7 @@ async def test_without_nvml_the_sampler_says_why_and_the_service_keeps_aggregati
     await service.start(bus)
     try:
         await bus.publish(job_metrics("j"), metric("j", 1, 1, 1.0, 0.1))
-        await wait_for(lambda: service.counts["writes"] == 1)
+        await eventually(lambda: service.counts["writes"] == 1)
         assert service.counts["nvml_samples"] == 0
     finally:
         await service.stop()

@@ -7,34 +7,21 @@ import asyncio
 import os
 import signal
 import sys
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from schemas.job import JobSpec
 from schemas.jobs import JobArrived, JobCompleted, JobStarted, JobSuspended, SuspendReason
-from schemas.nodes import GpuInventory, NodeHeartbeat, NodeRegister
+from schemas.nodes import NodeHeartbeat
 from schemas.rounds import NodeGpus, PlacementPlan, ScheduleRound
 from services.placement.service import PlacementConfig, PlacementService
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus
+from tests.helpers import eventually, fake_node
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def register(node_id: str, gpus: int, *, incarnation: uuid.UUID | None = None) -> NodeRegister:
-    return NodeRegister(
-        node_id=node_id,
-        incarnation=incarnation or uuid.uuid4(),
-        hostname=node_id,
-        cpus=32,
-        memory_gb=256,
-        gpus=[
-            GpuInventory(index=i, uuid=f"GPU-{node_id}-{i}", name="Fake GPU", memory_mib=16_384) for i in range(gpus)
-        ],
-    )
 
 
 def arrived(job_id: str, gpus: int) -> JobArrived:
@@ -47,14 +34,6 @@ def started(job_id: str, node_id: str, gpus: list[int], lease: str | None = None
 
 def round_of(ranked: list[str], number: int = 1, **extra: object) -> ScheduleRound:
     return ScheduleRound(round=number, state_version=number, epoch=1, ranked=ranked, **extra)
-
-
-async def wait_for(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 class Plans:
@@ -100,8 +79,8 @@ async def service(broker: Broker, bus: Bus, namespace: str) -> AsyncIterator[Pla
 
 async def seed(bus: Bus) -> None:
     """Two 4-GPU nodes; j1 (2 GPUs) runs on node-a GPUs 0-1; j2 (4) and j3 (2) wait."""
-    await bus.publish("node.register", register("node-a", 4))
-    await bus.publish("node.register", register("node-b", 4))
+    await bus.publish("node.register", fake_node("node-a", 4))
+    await bus.publish("node.register", fake_node("node-b", 4))
     for job_id, gpus in (("j1", 2), ("j2", 4), ("j3", 2)):
         await bus.publish("job.arrived", arrived(job_id, gpus))
     await bus.publish("job.started", started("j1", "node-a", [0, 1]))
@@ -129,7 +108,7 @@ async def test_suspends_the_lowest_ranked_running_job_for_a_higher_ranked_one(
     await bus.publish("job.started", started("j2", "node-b", [0, 1, 2, 3]))
     await bus.publish("job.arrived", arrived("j4", 4))
     await service.start(bus)
-    await wait_for(lambda: "j4" in service.view.jobs)
+    await eventually(lambda: "j4" in service.view.jobs)
     plan = await plans.answer(bus, round_of(["j4", "j1", "j2"], 2))
     assert plan.suspend == ["j2"]
     assert launch(plan) == {"j4": [("node-b", [0, 1, 2, 3])]}
@@ -143,7 +122,7 @@ async def test_follows_facts_after_start_and_spans_nodes_for_a_wide_job(
     await bus.publish("job.completed", JobCompleted(job_id="j1", lease_id="lease-j1", node_id="node-a", epoch=1,
                                                     iteration=10))  # fmt: skip
     await bus.publish("job.arrived", arrived("wide", 6))
-    await wait_for(lambda: "wide" in service.view.jobs and "j1" not in service.view.leases)
+    await eventually(lambda: "wide" in service.view.jobs and "j1" not in service.view.leases)
     plan = await plans.answer(bus, round_of(["wide"], 3))
     parts = launch(plan)["wide"]
     assert sorted(node for node, _ in parts) == ["node-a", "node-b"]
@@ -154,17 +133,17 @@ async def test_a_silent_node_is_left_out_and_a_heartbeat_brings_it_back(
     broker: Broker, bus: Bus, plans: Plans, namespace: str
 ) -> None:
     svc = PlacementService(config(broker, namespace, lease_ttl_s=0.3, sweep_interval_s=0.05))
-    reg = register("node-z", 2)
+    reg = fake_node("node-z", 2)
     await bus.publish("node.register", reg)
     await bus.publish("job.arrived", arrived("small", 1))
     await svc.start(bus)
     try:
-        await wait_for(lambda: not svc.view.inventory.is_live("node-z"))
+        await eventually(lambda: not svc.view.inventory.is_live("node-z"))
         plan = await plans.answer(bus, round_of(["small"], 1))
         assert plan.launch == {}
         heartbeat = NodeHeartbeat(node_id="node-z", incarnation=reg.incarnation, seq=1, epoch_seen=1)
         await bus.publish("node.heartbeat", heartbeat)
-        await wait_for(lambda: svc.view.inventory.is_live("node-z"))
+        await eventually(lambda: svc.view.inventory.is_live("node-z"))
         plan = await plans.answer(bus, round_of(["small"], 2))
         assert plan.launch == {"small": [NodeGpus(node_id="node-z", gpus=[0])]}
     finally:
@@ -180,7 +159,7 @@ async def test_rebuilds_its_view_by_replay_after_a_restart(
     await bus.publish("job.suspended", JobSuspended(job_id="j1", lease_id="lease-j1", node_id="node-a", epoch=1,
                                                     reason=SuspendReason.PREEMPTED, iteration=5))  # fmt: skip
     await bus.publish("job.started", started("j3", "node-b", [2, 3], lease="lease-j3"))
-    await wait_for(lambda: "j3" in first.view.leases and "j1" not in first.view.leases)
+    await eventually(lambda: "j3" in first.view.leases and "j1" not in first.view.leases)
     before = await plans.answer(bus, round_of(["j3", "j2", "j1"], 1))
     await first.stop()
 

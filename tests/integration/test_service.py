@@ -18,6 +18,7 @@ from services.runtime.broker import Broker
 from services.runtime.bus import Bus
 from services.runtime.config import ServiceConfig
 from services.runtime.service import run_service
+from tests.helpers import eventually
 from tests.integration.echo_service import EchoService
 
 HERE = Path(__file__).resolve().parent
@@ -28,15 +29,6 @@ def arrived(job_id: str) -> JobArrived:
     return example(JobArrived).model_copy(update={"event_id": uuid.uuid4(), "job_id": job_id})
 
 
-async def wait_for(predicate: object, timeout_s: float = 10.0) -> None:
-    assert callable(predicate)
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
-
-
 async def test_service_answers_the_nats_services_api(broker: Broker, bus: Bus, namespace: str,
                                                      tmp_path: Path) -> None:
     config = ServiceConfig(nats=broker.url, namespace=namespace, instance="echo-1")
@@ -45,7 +37,7 @@ async def test_service_answers_the_nats_services_api(broker: Broker, bus: Bus, n
     task = asyncio.create_task(run_service(service, stop=stop))
     try:
         await bus.publish("job.arrived", arrived("job-1"))
-        await wait_for(lambda: service.handled == 1)
+        await eventually(lambda: service.handled == 1)
         ping = json.loads((await bus.nc.request("$SRV.PING.roundhouse-echo", b"", timeout=2)).data)
         assert ping["name"] == "roundhouse-echo"
         assert ping["metadata"]["instance"] == "echo-1"
@@ -74,7 +66,7 @@ async def test_sigterm_finishes_the_message_in_hand_acks_it_and_exits_cleanly(
     try:
         await _wait_for_consumer(bus, f"{namespace}_echo")
         await bus.publish("job.arrived", arrived("job-7"))
-        await wait_for(lambda: "start job-7" in out.read_text())
+        await eventually(lambda: "start job-7" in out.read_text())
         child.send_signal(signal.SIGTERM)  # mid-handler
         _, raw_stderr = await asyncio.wait_for(child.communicate(), 15)
     finally:
