@@ -16,13 +16,12 @@ Within a node the lowest-numbered free GPUs are used. The walk over the ranking 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
-from services.core.decisions import Placement, Ranking
-from services.core.placing import FreeIndex, FreeMap, place_in_order
+from services.core.placing import FreeIndex, FreeMap
 from services.core.registry import PLACEMENT
 from services.core.state import ClusterState, JobState
+from services.placement.policies.fitting import FittingPolicy
 
 
 def consolidated_fit(job: JobState, need: int, free: FreeMap, cluster: ClusterState) -> tuple[int, ...] | None:
@@ -98,18 +97,9 @@ def _best_fit(free: FreeMap, need: int) -> int | None:
 
 
 @PLACEMENT.register("consolidated")
-class Consolidated:
+class Consolidated(FittingPolicy):
     """Fewest nodes per job; best-fit node choice."""
 
     name: ClassVar[str] = "consolidated"
-    keeps_running: ClassVar[bool] = True
-
-    def __init__(self, *, backfill: bool = False) -> None:
-        self.backfill = backfill
-
-    def place(
-        self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float
-    ) -> Placement:
-        return place_in_order(
-            ranking, jobs, cluster, consolidated_fit, backfill=self.backfill, single_node=consolidated_single_node
-        )
+    fit = staticmethod(consolidated_fit)
+    single_node = staticmethod(consolidated_single_node)

@@ -8,13 +8,13 @@ does not fit) is ``services.core.placing.place_in_order``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
-from services.core.decisions import Placement, Ranking
-from services.core.placing import FreeIndex, FreeMap, place_in_order
+from services.core.placing import FreeIndex, FreeMap
 from services.core.registry import PLACEMENT
 from services.core.state import ClusterState, JobState
+from services.placement.policies.fitting import FittingPolicy
 
 
 def first_free_fit(job: JobState, need: int, free: FreeMap, cluster: ClusterState) -> tuple[int, ...] | None:
@@ -41,18 +41,9 @@ def first_free_single_node(job: JobState, need: int, cluster: ClusterState) -> b
 
 
 @PLACEMENT.register("first-free")
-class FirstFree:
+class FirstFree(FittingPolicy):
     """Lowest free GPU ids first; jobs may span nodes."""
 
     name: ClassVar[str] = "first-free"
-    keeps_running: ClassVar[bool] = True
-
-    def __init__(self, *, backfill: bool = False) -> None:
-        self.backfill = backfill
-
-    def place(
-        self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float
-    ) -> Placement:
-        return place_in_order(
-            ranking, jobs, cluster, first_free_fit, backfill=self.backfill, single_node=first_free_single_node
-        )
+    fit = staticmethod(first_free_fit)
+    single_node = staticmethod(first_free_single_node)
