@@ -31,13 +31,14 @@ completion report) is multiplied by the speed-up when converted to simulated sec
 machine has 2 cores for 32 workers + 5 services + the broker. The defaults keep a run well under
 8 minutes: ``tiresias`` (60 jobs over ~3,300 simulated s) at 20x runs ~165 s of replay, rounds of
 15 s real, so 0.1 s of control-plane latency costs ~2 s of ~320 s average JCT (<1%); ``philly``
-(Blox's generator at 8 jobs/h, 1 GPU each) spans ~25 simulated hours per 200 jobs, so it needs
-~400x (rounds 0.75 s real; 0.1 s of latency = 40 simulated seconds: expect a larger gap, and the
-generator's tail of 10^4-minute jobs may not fit the time limit: ``--max-wall`` stops the run and
-the unfinished jobs are reported).
+(Blox's generator at 8 jobs/h, 1 GPU each; 200 jobs arrive over ~23.5 simulated hours but the
+generator's 10^(3..4)-minute tail makes the simulator's makespan ~580,000 s, 161 h, with one
+519,250 s job) needs 2000x to fit (~290 s of replay; rounds of 0.15 s real; 0.1 s of latency = 200
+simulated seconds, small against its ~41,500 s average JCT). ``--max-wall`` stops a replay that
+overruns; unfinished jobs are reported and fail the target.
 
     .venv/bin/python -m benchmarks.fidelity --trace tiresias [--speedup 20] [--json out.json]
-    .venv/bin/python -m benchmarks.fidelity --trace philly --jobs 200 --speedup 400
+    .venv/bin/python -m benchmarks.fidelity --trace philly --jobs 200 --speedup 2000
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from schemas.rounds import ScheduleRound
 from schemas.subjects import SCHEDULE_ROUND
 
 TARGET = 0.05
-DEFAULT_SPEEDUP = {"tiresias": 20.0, "philly": 400.0}
+DEFAULT_SPEEDUP = {"tiresias": 20.0, "philly": 2000.0}
 TERMINAL = ("completed", "failed", "cancelled")
 
 
@@ -106,8 +107,8 @@ class EmulatedResult:
     origin: float
     """Wall time of simulated t=0 (a round edge of the service's timer)."""
     speedup: float
-    rounds_s: list[float]
-    """Simulated times at which ``schedule.round`` messages were seen (from the origin)."""
+    rounds: list[tuple[float, str]]
+    """(simulated time from the origin, trigger) of each ``schedule.round`` message seen."""
     submit_lag_s: list[float]
     """Real seconds between the planned and the actual submission of each job."""
     timed_out: bool
@@ -181,7 +182,7 @@ async def replay(
             arrivals[submitted.job_id] = job.arrival_s
         deadline = time.monotonic() + max(1.0, max_wall_s - (time.time() - origin))
         views, timed_out = await _wait_jobs(client, list(arrivals), deadline, cluster)
-        rounds = [(t - origin) * speedup for t, _ in seen if t >= origin - real_round / 2]
+        rounds = [((t - origin) * speedup, str(m.trigger)) for t, m in seen if t >= origin - real_round / 2]
         return EmulatedResult(views, arrivals, origin, speedup, rounds, lags, timed_out)
     finally:
         await sub.unsubscribe()
@@ -210,7 +211,13 @@ def summarize_emulated(result: EmulatedResult) -> dict[str, Any]:
         "avg_jct_trace_referenced_s": statistics.fmean(referenced) if referenced else math.nan,
         "avg_responsiveness_s": statistics.fmean(waits) if waits else math.nan,
         "preemptions": sum(j.preemptions for j in result.jobs),
-        "rounds_seen_at_s": [round(t, 1) for t in result.rounds_s],
+        "preempted": {j.name: j.preemptions for j in result.jobs if j.preemptions},
+        "per_job": [
+            {"name": j.name, "gpus": j.gpus, "arrival_s": result.arrivals_s[j.job_id], "preemptions": j.preemptions,
+             "jct_s": (j.finish_time - j.submit_time) * result.speedup if j.finish_time is not None else None}
+            for j in sorted(result.jobs, key=lambda j: result.arrivals_s[j.job_id])
+        ],
+        "rounds_seen": [[round(t, 1), trigger] for t, trigger in result.rounds],
         "max_submit_lag_real_s": max(result.submit_lag_s, default=0.0),
         "speedup": result.speedup,
     }
