@@ -197,6 +197,9 @@ class SchedulerService(RoundhouseService):
         self._lock = asyncio.Lock()
         self._arriving: dict[str, asyncio.Future[None]] = {}
         """job.arrived commits queued but not landed yet, by job id."""
+        self._missing_since: dict[str, float] = {}
+        """Leases a node's heartbeats stopped listing, with the first such heartbeat's time."""
+        """job.arrived commits queued but not landed yet, by job id."""
         self._term: _Term | None = None
         self._round_no = 0
         self._topology: Topology | None = None
@@ -633,7 +636,22 @@ class SchedulerService(RoundhouseService):
         reported = {held.lease_id for held in event.leases}
         mine = self.book.by_node.get(event.node_id, set())
         cutoff = event.ts - self.cfg.reconcile_grace_s
-        lost = [i for i in mine if i not in reported and self.book.leases[i].granted_at < cutoff]
+        missing = self._missing_since
+        for lease_id in reported:
+            missing.pop(lease_id, None)
+        # A worker drops a lease right after queueing its job.completed/failed, and that fact travels
+        # on a durable consumer that may lag this heartbeat. So an omitted lease counts as lost only
+        # once it has been missing for reconcile_grace_s (and was granted before that), giving the
+        # fact time to land first: releasing it early would requeue a finished job.
+        lost = []
+        for lease_id in mine:
+            if lease_id in reported or self.book.leases[lease_id].granted_at >= cutoff:
+                continue
+            first = missing.setdefault(lease_id, event.ts)
+            if first <= cutoff:
+                lost.append(lease_id)
+        for lease_id in [i for i in missing if i not in self.book.leases]:
+            del missing[lease_id]  # released through its fact meanwhile
         unknown = [h for h in event.leases if h.lease_id not in mine and h.epoch <= self._term.epoch]
         if lost:
             async with self._lock:
