@@ -1,6 +1,7 @@
 """When rounds run (timer and churn), and which parts of a placement plan are still valid.
 
-Rounds run every ``round_s`` and, when the scheduling policy's ``triggers`` ask for it, soon after
+Rounds run every ``round_s`` on a fixed cadence (churn rounds in between do not shift it, as in the
+simulator) and, when the scheduling policy's ``triggers`` ask for it, soon after
 churn: an arrival (``job.accepted``) or a completion (a job ending frees GPUs). A node joining or
 leaving and a manual request always start a round. Churn is debounced by ``churn_debounce_s`` so a
 burst of events makes one round, not one each.
@@ -63,7 +64,12 @@ class RoundTimer:
             try:
                 await asyncio.wait_for(self._kick.wait(), timeout)
             except TimeoutError:
-                self._due = time.monotonic() + self.round_s
+                # A fixed cadence (0, R, 2R, ... from the first round), as in the simulator: churn
+                # rounds in between do not shift it. Skip ticks missed while a round ran long.
+                now = time.monotonic()
+                self._due += self.round_s
+                if self._due <= now:
+                    self._due += self.round_s * ((now - self._due) // self.round_s + 1)
                 self._kick.clear()
                 self._reason = None
                 return RoundTrigger.TIMER
@@ -72,8 +78,6 @@ class RoundTimer:
             reason = self._reason or RoundTrigger.MANUAL
             self._kick.clear()
             self._reason = None
-            if timer:
-                self._due = time.monotonic() + self.round_s
             return reason
 
 
