@@ -86,6 +86,7 @@ class BusStats:
             "handler_errors": self.handler_errors,
             "publish_retries": self.publish_retries,
             "reconnects": self.reconnects,
+            "malformed_by_subject": dict(self.by_subject_malformed),
         }
 
 

@@ -93,8 +93,6 @@ class DurableConsumer(Generic[E]):
         self.stats = ConsumerStats()
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     async def start(self) -> None:
         config = ConsumerConfig(
@@ -139,11 +137,7 @@ class DurableConsumer(Generic[E]):
                 backoff = min(backoff * 2, 2.0)
                 continue
             backoff = 0.05
-            self._idle.clear()
-            try:
-                await self._handle_batch(msgs)
-            finally:
-                self._idle.set()
+            await self._handle_batch(msgs)
 
     async def _handle_batch(self, msgs: list[Msg]) -> None:
         """Run the handlers in delivery order; settle pipelined commits afterwards, in the same order.

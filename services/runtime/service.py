@@ -17,7 +17,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar
@@ -165,6 +164,3 @@ def start_service_process(service: RoundhouseService) -> int:
         return 1
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("run a service with `roundhouse service KIND`")
