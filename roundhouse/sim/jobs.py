@@ -193,6 +193,10 @@ def spec_for(job: TraceJob) -> JobSpec:
         fields["expected_iterations"] = job.iterations
     if job.checkpoint_s is not None:
         fields["grace_period_s"] = job.checkpoint_s
+    if job.cpus is not None:
+        fields["cpus"] = job.cpus
+    if job.memory_gb is not None:
+        fields["memory_gb"] = job.memory_gb
     spec = JobSpec.__new__(JobSpec)
     object.__setattr__(spec, "__dict__", fields)
     object.__setattr__(spec, "__pydantic_fields_set__", _SPEC_FIELDS_SET)

@@ -40,6 +40,10 @@ class TraceJob:
     iterations: int | None = None
     checkpoint_s: float | None = None
     """Time to suspend this job (its grace period), overriding the cost model's per-model value."""
+    cpus: float | None = None
+    """CPU cores the job needs (FitGpp's demand vector); None keeps ``JobSpec``'s default."""
+    memory_gb: float | None = None
+    """Host RAM in GiB the job needs; None keeps ``JobSpec``'s default."""
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -50,6 +54,10 @@ class TraceJob:
             raise WorkloadError(f"job {self.index}: arrival must be >= 0, got {self.arrival_s}")
         if self.iterations is not None and self.iterations < 1:
             raise WorkloadError(f"job {self.index}: iterations must be >= 1, got {self.iterations}")
+        for name in ("cpus", "memory_gb"):
+            value = getattr(self, name)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise WorkloadError(f"job {self.index}: {name} must be a positive number, got {value}")
 
     @property
     def job_id(self) -> str:

@@ -58,3 +58,16 @@ def test_fifo_run_leaves_most_queued_specs_unbuilt() -> None:
     assert out.completed > 0
     assert len(waiting) > 50
     assert sum(1 for j in waiting if j._spec is not None) <= 1
+
+
+def test_spec_carries_cpu_and_memory_demand_when_the_trace_gives_them() -> None:
+    plain = spec_for(TraceJob(index=0, arrival_s=0.0, gpus=1, duration_s=10.0))
+    demanding = spec_for(TraceJob(index=1, arrival_s=0.0, gpus=2, duration_s=10.0, cpus=12.0, memory_gb=96.0))
+    assert (plain.cpus, plain.memory_gb) == (1.0, 4.0)  # JobSpec's defaults
+    assert (demanding.cpus, demanding.memory_gb) == (12.0, 96.0)
+
+
+@pytest.mark.parametrize("field", ["cpus", "memory_gb"])
+def test_a_non_positive_cpu_or_memory_demand_is_refused(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        TraceJob(index=3, arrival_s=0.0, gpus=1, duration_s=10.0, **{field: 0.0})
