@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "roundhouse.commands.cancel",
     "roundhouse.commands.service",
     "roundhouse.commands.simulate",
+    "roundhouse.commands.reproduce",
     "roundhouse.commands.schemas",
 )
 
