@@ -7,8 +7,8 @@
     run, and against the literal O(n) three-pass Algorithm 1 as the paper writes it. Also the
     cost per job of the whole ``fulcrum`` placement policy on a 1,000-node cluster.
 (b) Balls and bins (Fulcrum §5.3, Figure 5): n tasks onto n empty workers; the expected maximum
-    load over many seeds for uniform random, power-of-two choices (the less loaded of two uniform
-    draws) and Fulcrum (no refresh during the batch, and a REFRESH(0.5) every 10 tasks).
+    load over many seeds for uniform random, power-of-two choices and Fulcrum with fresh, stale
+    and no load information (``roundhouse.reproduce.fulcrum``, shared with ``roundhouse reproduce``).
 
 Usage: ``python -m benchmarks.fulcrum [--decisions N] [--seeds S]``. Prints one table per part.
 """
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import time
 from collections.abc import Callable
 
+from roundhouse.reproduce.fulcrum import balls_and_bins
 from schemas.job import JobSpec
 from services.core.decisions import Ranking
 from services.core.state import ClusterState, JobState
@@ -109,48 +109,6 @@ def decision_cost(decisions: int) -> list[tuple[str, float]]:
     return rows
 
 
-def max_load_uniform(n: int, rng: random.Random) -> int:
-    bins = [0] * n
-    for _ in range(n):
-        bins[rng.randrange(n)] += 1
-    return max(bins)
-
-
-def max_load_two_choices(n: int, rng: random.Random) -> int:
-    bins = [0] * n
-    for _ in range(n):
-        a, b = rng.randrange(n), rng.randrange(n)
-        bins[a if bins[a] <= bins[b] else b] += 1
-    return max(bins)
-
-
-def max_load_fulcrum(n: int, seed: int, refresh_every: int | None) -> int:
-    balancer = FulcrumBalancer(n, seed=seed)
-    bins = [0] * n
-    for t in range(n):
-        i = balancer.draw()
-        balancer.update_load(i)
-        bins[i] += 1
-        if refresh_every is not None and (t + 1) % refresh_every == 0:
-            balancer.refresh(0.5)
-    return max(bins)
-
-
-def balls_and_bins(n: int, seeds: int) -> list[tuple[str, float, int]]:
-    """(strategy, mean max load, worst max load) over ``seeds`` seeds."""
-    out: list[tuple[str, float, int]] = []
-    strategies: tuple[tuple[str, Callable[[int], int]], ...] = (
-        ("uniform random", lambda s: max_load_uniform(n, random.Random(s))),
-        ("power of two choices", lambda s: max_load_two_choices(n, random.Random(s))),
-        ("fulcrum, no refresh", lambda s: max_load_fulcrum(n, s, None)),
-        ("fulcrum, refresh(0.5) every 10 tasks", lambda s: max_load_fulcrum(n, s, 10)),
-    )
-    for label, run in strategies:
-        values = [run(s) for s in range(seeds)]
-        out.append((label, statistics.fmean(values), max(values)))
-    return out
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--decisions", type=int, default=200_000, help="decisions per timing run")
@@ -167,10 +125,11 @@ def main() -> None:
     print(f"  -> fulcrum {verdict} the {TARGET_US} us target ({fulcrum_us:.2f} us)")
 
     print(f"\n(b) balls and bins: n tasks onto n workers, mean (worst) max load over {args.seeds} seeds")
+    print("    (the same code as `roundhouse reproduce fulcrum`; see roundhouse/reproduce/fulcrum.py)")
     for n in (100, 1000):
         print(f"  n = {n}")
-        for label, mean, worst in balls_and_bins(n, args.seeds):
-            print(f"    {label:<40} {mean:6.2f} ({worst})")
+        for point in balls_and_bins(n, args.seeds):
+            print(f"    {point.strategy:<40} {point.mean:6.2f} ({point.worst})")
 
 
 if __name__ == "__main__":
