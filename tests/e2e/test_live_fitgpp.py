@@ -46,11 +46,14 @@ async def test_te_job_preempts_the_fitgpp_victim_within_its_grace_period(tmp_pat
     )  # fmt: skip
     async with live_cluster(tmp_path, config) as live:
         ids: dict[str, str] = {}
-        ids["long"] = await live.submit(curve_spec(live, "long", iterations=ITERATIONS["long"],
-                                                   grace_period_s=GRACE_LONG_S))  # fmt: skip
-        ids["victim"] = await live.submit(curve_spec(live, "victim", iterations=ITERATIONS["victim"],
-                                                     checkpoint_s=CHECKPOINT_S, grace_period_s=GRACE_VICTIM_S))  # fmt: skip
-        ids["queued"] = await live.submit(curve_spec(live, "queued", iterations=ITERATIONS["queued"], grace_period_s=8))
+        specs = {
+            "long": curve_spec(live, "long", iterations=ITERATIONS["long"], grace_period_s=GRACE_LONG_S),
+            "victim": curve_spec(live, "victim", iterations=ITERATIONS["victim"], checkpoint_s=CHECKPOINT_S,
+                                 grace_period_s=GRACE_VICTIM_S),
+            "queued": curve_spec(live, "queued", iterations=ITERATIONS["queued"], grace_period_s=8),
+        }  # fmt: skip
+        for name, spec in specs.items():  # in this order: FIFO among the BE jobs
+            ids[name] = await live.submit(spec)
 
         # Both GPUs busy with the first two BE jobs (each has finished some iterations).
         await eventually(
@@ -84,7 +87,8 @@ async def test_te_job_preempts_the_fitgpp_victim_within_its_grace_period(tmp_pat
     last_before = max(r["t"] for r in logs["victim"] if r.get("pid") == first_pid and "i" in r)
     assert te_start >= last_before + CHECKPOINT_S, "the TE job started before the victim's checkpoint was written"
     stopped = events(logs["victim"], "stopped")
-    assert len(stopped) == 1 and stopped[0]["pid"] == first_pid
+    assert len(stopped) == 1
+    assert stopped[0]["pid"] == first_pid
 
     # Back at the head of the queue: the victim resumes (from its checkpoint) before the later BE job.
     resumed = victim_runs[1]

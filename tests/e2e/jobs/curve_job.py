@@ -5,9 +5,10 @@ before every iteration, checkpoints the "model" when the lease stops it, and ``J
 the loss to the worker agent (which publishes ``metrics.job.<id>``; the metrics service folds it
 into the ``job-metrics`` bucket the scheduler reads). The loss of global iteration ``i`` is
 
-    loss(i) = floor + (start - floor) * exp(-rate * i)
+    loss(i) = floor + (start - floor) * exp(-rate * min(i, plateau_at))
 
-so a job's convergence speed is its ``--rate`` and a resumed run continues the same curve.
+so a job's convergence speed is its ``--rate``, ``--plateau-at`` is where it has converged (the loss
+stays flat from there on), and a resumed run continues the same curve.
 
 Every finished iteration appends ``{"i": i, "t": wall time, "pid": pid}`` to ``--log`` (one JSON
 object a line), and every process start and lease stop a line with ``"event"``, so a test can check
@@ -46,7 +47,9 @@ class Curve:
         self.restored_at = int(state["iteration"])
 
 
-def loss_at(i: int, start: float, floor: float, rate: float) -> float:
+def loss_at(i: int, start: float, floor: float, rate: float, plateau_at: int | None) -> float:
+    if plateau_at is not None:
+        i = min(i, plateau_at)
     return floor + (start - floor) * math.exp(-rate * i)
 
 
@@ -57,6 +60,7 @@ def main() -> None:
     parser.add_argument("--start", type=float, default=2.0, help="loss at iteration 0")
     parser.add_argument("--floor", type=float, default=0.1, help="loss the curve converges to")
     parser.add_argument("--rate", type=float, default=0.01, help="convergence rate per iteration")
+    parser.add_argument("--plateau-at", type=int, help="iteration from which the loss stays flat (converged)")
     parser.add_argument("--checkpoint-s", type=float, default=0.0, help="extra seconds a lease-stop checkpoint takes")
     parser.add_argument("--log", type=Path, required=True)
     args = parser.parse_args()
@@ -70,7 +74,7 @@ def main() -> None:
         for _ in job.iterate(range(args.iterations), model=curve, max_iterations=args.iterations):
             i = job.iteration
             time.sleep(args.sleep)
-            job.report(loss=loss_at(i, args.start, args.floor, args.rate))
+            job.report(loss=loss_at(i, args.start, args.floor, args.rate, args.plateau_at))
             log.write(json.dumps({"i": i, "t": time.time(), "pid": pid}) + "\n")
         event = "stopped" if job.stopping else "finished"
         log.write(json.dumps({"event": event, "t": time.time(), "pid": pid, "at": job.iteration}) + "\n")
