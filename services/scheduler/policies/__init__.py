@@ -9,5 +9,6 @@ from services.scheduler.policies import optimus as optimus
 from services.scheduler.policies import rr as rr
 from services.scheduler.policies import slaq as slaq
 from services.scheduler.policies import srtf as srtf
+from services.scheduler.policies import synthesis as synthesis
 from services.scheduler.policies import themis_ftf as themis_ftf
 from services.scheduler.policies import tiresias as tiresias
