@@ -12,10 +12,10 @@ This module is the decision half only:
 * :func:`should_synthesize`: whether round ``n`` is a synthesis round (every ``every`` rounds);
 * :func:`choose_best`: given each combination's metric from the forward simulations, the one to run.
 
-**Not here yet**: the forward simulation of every combination from the current state (copy the
-live jobs and cluster, run each combination for a horizon, read the metric). It belongs to the
-simulator (``roundhouse.sim``), which another session owns; that session will call
-:func:`choose_best` with its results and switch the live policies by name.
+The forward simulation of every combination from the current state is
+:mod:`roundhouse.sim.forward`; the registered ``synthesizer`` scheduling and admission policies
+that run it every ``every`` rounds and switch to :func:`choose_best`'s pick are in
+:mod:`services.scheduler.policies.synthesis`.
 
 Tie-breaking (Blox is silent), in this order:
 
@@ -23,7 +23,10 @@ Tie-breaking (Blox is silent), in this order:
    metrics); values within ``rel_tolerance`` of the best (relative to ``|best|``; 0 = exact ties
    only) count as tied, so simulation noise does not make the scheduler flap;
 2. among tied combinations, the one running now (``current``): switching has a cost (jobs may be
-   preempted or held differently) and no measured benefit;
+   preempted or held differently) and no measured benefit; failing that, one that changes only
+   one half of it (keeps its scheduling or its admission policy), for the same reason. This
+   matters because a forward simulation without held jobs cannot tell admission policies apart:
+   all three admissions of the best scheduling policy tie, and the one in force should stay;
 3. then the earliest in :data:`CANDIDATES` order (FIFO before SRTF before LAS; Accept All before
    1.2x before 1.4x): the simplest policy wins a tie, and the result never depends on dict order.
 
@@ -132,6 +135,14 @@ def choose_best(
     best = min(sign * v for v in values.values())
     slack = rel_tolerance * abs(best)
     tied = [c for c in candidates if sign * values[c] <= best + slack]
-    if current is not None and current in tied:
-        return current
+    if current is not None:
+        if current in tied:
+            return current
+        halves = [c for c in tied if c.scheduling == current.scheduling or _same_admission(c, current)]
+        if halves:
+            return halves[0]
     return tied[0]
+
+
+def _same_admission(a: Combination, b: Combination) -> bool:
+    return (a.admission, a.admission_options) == (b.admission, b.admission_options)
