@@ -11,8 +11,9 @@ Allocations are kept per job as ``{lease id, node -> local GPU indices}``, indep
 whenever the inventory or an allocation changed. A lease's GPUs count as taken even when the job's
 spec is unknown here, so placement never hands out GPUs a job is using.
 
-Facts about an older lease than the one recorded are ignored; a registration with a new
-incarnation drops the leases on that node (they died with the agent's processes).
+Facts about an older lease than the one recorded are ignored, except a completion: the job then
+ends when its recorded (newer) lease does, as the scheduler revokes that re-run. A registration
+with a new incarnation drops the leases on that node (they died with the agent's processes).
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ class ClusterView:
             self._started(event)
         elif isinstance(event, JobSuspended):
             self._lease_ended(event.job_id, event.lease_id, finished=False)
-        elif isinstance(event, (JobCompleted, JobFailed)):
+        elif isinstance(event, JobCompleted):
+            self._lease_ended(event.job_id, event.lease_id, finished=True, completed=True)
+        elif isinstance(event, JobFailed):
             self._lease_ended(event.job_id, event.lease_id, finished=True)
         elif isinstance(event, JobArrived):
             self._arrived(event)
@@ -97,9 +100,17 @@ class ClusterView:
             lease.parts[event.node_id] = gpus
             self._dirty = True
 
-    def _lease_ended(self, job_id: str, lease_id: str | None, *, finished: bool) -> None:
+    def _lease_ended(self, job_id: str, lease_id: str | None, *, finished: bool, completed: bool = False) -> None:
         lease = self.leases.get(job_id)
-        if lease is not None and (lease_id is None or lease.lease_id == lease_id or finished):
+        if lease is not None and lease_id is not None and lease.lease_id != lease_id:
+            # The end of an earlier lease while a newer one runs. A completion means the job's work
+            # is done: the scheduler completes it and revokes the re-run, so the job goes when the
+            # newer lease ends (its GPUs stay taken until then). A failure of an earlier run
+            # changes nothing (the scheduler ignores it too).
+            if completed:
+                self._cancelled.add(job_id)
+            return
+        if lease is not None:
             del self.leases[job_id]
             self._dirty = True
         if finished or job_id in self._cancelled:

@@ -412,9 +412,12 @@ class JobBook:
             "attained_service": entry.service0 + lease.gpu_count * dt,
             "executed_time": entry.executed0 + dt,
         }
-        if checkpoint is not None:
+        # A job already completed (its work done under an earlier lease) keeps that run's progress:
+        # the checkpoint of a re-run stopped after it is older.
+        behind = state.status is JobStatus.COMPLETED and iterations is not None and iterations < state.iterations_done
+        if checkpoint is not None and not behind:
             changes["checkpoint_path"] = checkpoint
-        if iterations is not None:
+        if iterations is not None and not behind:
             changes["iterations_done"] = iterations
         status = final if final is not None else state.status
         if status.is_final:
@@ -465,6 +468,39 @@ class JobBook:
         if iterations is not None:
             changes["iterations_done"] = iterations
         change.update_job(entry, changes)
+        self._touch(change, entry)
+        return change
+
+    def completed_under_earlier_lease(
+        self,
+        job_id: str,
+        at: float,
+        checkpoint: str | None,
+        iterations: int | None,
+        *,
+        grace_deadline: float,
+    ) -> Change:
+        """A ``job.completed`` for an earlier lease of a job that runs under a newer one.
+
+        The earlier lease was released without this fact (omitted from its node's heartbeats past
+        ``reconcile_grace_s``, or past its revoke deadline), the job was requeued and granted again,
+        and then the durable fact landed: the job's work is done. It is completed (finished at
+        ``at``, with that run's checkpoint and iterations) and its newer lease, if granted, is
+        revoked with reason ``TERMINATE`` (``change.revokes``); the re-run's release keeps the
+        final status.
+        """
+        entry = self.jobs.get(job_id)
+        change = Change()
+        if entry is None or entry.state.status.is_final or entry.lease is None:
+            return change
+        changes: JobChanges = {"status": JobStatus.COMPLETED, "finish_time": at, "queued_since": None}
+        if checkpoint is not None:
+            changes["checkpoint_path"] = checkpoint
+        if iterations is not None:
+            changes["iterations_done"] = max(iterations, entry.state.iterations_done)
+        change.update_job(entry, changes)
+        if entry.lease.state is LeaseState.GRANTED:
+            self._revoking(change, entry.lease, RevokeReason.TERMINATE, grace_deadline)
         self._touch(change, entry)
         return change
 

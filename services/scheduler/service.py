@@ -608,9 +608,21 @@ class SchedulerService(RoundhouseService):
                 )
             elif lease is None:
                 change = self.book.finished_without_lease(job_id, status, now, checkpoint, iteration)
+            elif status is JobStatus.COMPLETED and lease_id is not None:
+                # The job completed under an earlier lease that was released before this durable
+                # fact landed (reconcile_grace_s or a revoke deadline passed) and it has been granted
+                # again since: its work is done, so it is completed and the re-run is stopped.
+                log.warning("job %s completed under its earlier lease %s; revoking its re-run %s",
+                            job_id, lease_id, lease.lease_id)  # fmt: skip
+                grace = entry.state.spec.grace_period_s
+                change = self.book.completed_under_earlier_lease(
+                    job_id, min(ts, now), checkpoint, iteration, grace_deadline=now + grace + self.cfg.revoke_margin_s
+                )
             else:
-                return  # a stale lease of a job that runs under another one now
-            await self._commit(change, event_id=event.event_id, consumer=consumer)
+                return  # a failure of an earlier run of a job that runs under another lease now
+            applied = await self._commit(change, event_id=event.event_id, consumer=consumer)
+        if applied and change is not None:
+            self._send_revokes(change)
         self._churn(RoundTrigger.COMPLETION)
 
     # --- nodes -----------------------------------------------------------------------------

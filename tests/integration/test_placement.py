@@ -198,3 +198,28 @@ async def test_runs_as_a_child_process_and_stops_on_sigterm(
             await child.wait()
     assert child.returncode == 0, stderr.decode()
     assert "placement service stopped" in stderr.decode()
+
+
+def test_a_completion_for_an_earlier_lease_ends_the_job_when_its_newer_lease_ends() -> None:
+    """The job was requeued as lost and runs under a newer lease when its earlier run's completion
+    lands: the scheduler revokes the re-run, so the view keeps its GPUs taken until that lease ends,
+    then forgets the job. A failure of an earlier run changes nothing."""
+    from schemas.jobs import FailureReason, JobFailed
+    from services.placement.view import ClusterView
+
+    view = ClusterView(lease_ttl_s=30.0)
+    view.apply(fake_node("node-a", 2), 0.0)
+    view.apply(arrived("j", 1), 0.0)
+    view.apply(started("j", "node-a", [0], lease="old"), 0.0)
+    view.apply(started("j", "node-a", [1], lease="new"), 0.0)
+    view.apply(JobFailed(job_id="j", lease_id="old", node_id="node-a", epoch=1, reason=FailureReason.EXIT_CODE,
+                         exit_code=1), 0.0)  # fmt: skip
+    assert view.leases["j"].lease_id == "new"
+    view.apply(JobCompleted(job_id="j", lease_id="old", node_id="node-a", epoch=1, iteration=10), 0.0)
+    assert view.leases["j"].lease_id == "new"
+    assert "j" in view.jobs
+    assert view.cluster().free_by_node() == {0: {0}}
+    view.apply(JobSuspended(job_id="j", lease_id="new", node_id="node-a", epoch=1, reason=SuspendReason.PREEMPTED,
+                            iteration=3), 0.0)  # fmt: skip
+    assert "j" not in view.leases
+    assert "j" not in view.jobs

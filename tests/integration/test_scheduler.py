@@ -623,3 +623,48 @@ async def test_loss_reported_through_job_metrics_terminates_a_converged_job(
         record = await s.store.get_job("fit")
         assert record is not None
         assert record.status is JobStatus.COMPLETED
+
+
+async def test_a_completion_landing_after_its_lease_was_released_as_lost_ends_the_re_run(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    """A worker drops a finished job's lease from its heartbeats before its durable ``job.completed``
+    lands. If the fact lags past ``reconcile_grace_s``, the lease counts as lost and the job is
+    requeued and granted again; when the completion then lands, the job is completed (with that
+    run's iterations) and the re-run is revoked, instead of the fact being dropped as stale and the
+    job running twice to the end."""
+    from schemas.jobs import JobCompleted
+    from schemas.subjects import JOB_COMPLETED
+
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 1}, heartbeat_s=0.1)
+        s = await c.start_scheduler(policy="fifo", round_s=0.2, reconcile_grace_s=0.3)
+        await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader")
+        await c.submit("j", spec("j", grace=2.0))
+        node, first = await held_by_worker(workers, "j")
+        epoch = s.epoch
+        # The job finishes: the worker forgets the lease, but its job.completed is held back.
+        workers.nodes[node].leases.pop(first)
+        workers.running["j"].discard(first)
+        await wait_for(lambda: (held := workers.lease_of("j")) is not None and held[1] != first, timeout_s=5,
+                       what="j requeued as lost and granted again")  # fmt: skip
+        second = workers.lease_of("j")
+        assert second is not None
+        assert s.book.jobs["j"].state.preemptions == 1
+        assert epoch is not None
+        await c.client.publish(JOB_COMPLETED, JobCompleted(job_id="j", lease_id=first, node_id=node, epoch=epoch,
+                                                           iteration=100, checkpoint_path="/ckpt/j/100"))  # fmt: skip
+        await wait_for(lambda: "j" not in s.book.jobs, what="j completed and its re-run released")
+        assert workers.revoke_reasons == {second[1]: "terminate"}
+        assert not workers.nodes[node].leases
+        assert s.store is not None
+        record = await s.store.get_job("j")
+        assert record is not None
+        assert record.status is JobStatus.COMPLETED
+        # The completed run's progress, not the re-run's checkpoint (iteration 10) reported at its revoke.
+        assert record.iterations_done == 100
+        assert record.checkpoint_path == "/ckpt/j/100"
+        assert [cmd for cmd, *_ in workers.log].count("grant") == 2
+        # The GPU is free for the next job.
+        await c.submit("next", spec("next"))
+        await held_by_worker(workers, "next")
