@@ -257,7 +257,7 @@ FORWARD_METRICS: frozenset[str] = _METRIC_FIELDS
 """The metrics :class:`ForwardResult` can report (what the synthesizer may optimize)."""
 
 
-class _Retriggered:
+class Retriggered:
     """A scheduling policy with other round triggers; everything else (fast paths included) is the
     base policy's."""
 
@@ -329,7 +329,7 @@ def simulate_one(snapshot: Snapshot, candidate: Combination, settings: ForwardSe
     """Run ``candidate`` forward from ``snapshot`` (one process; see :func:`simulate`)."""
     scheduling: SchedulingPolicy = SCHEDULING.create(candidate.scheduling)
     if settings.triggers is not None:
-        scheduling = _Retriggered(scheduling, settings.triggers)  # type: ignore[assignment]
+        scheduling = Retriggered(scheduling, settings.triggers)  # type: ignore[assignment]
     simulator = _ForwardSimulator(
         snapshot,
         admission=ADMISSION.create(candidate.admission, **candidate.admission_kwargs()),
@@ -432,6 +432,7 @@ __all__ = [
     "ForwardResult",
     "ForwardSettings",
     "MissingDurationError",
+    "Retriggered",
     "Snapshot",
     "forward_simulate",
     "simulate",

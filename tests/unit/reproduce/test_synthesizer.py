@@ -1,0 +1,70 @@
+"""`roundhouse reproduce blox-synthesizer`: the synthesizer vs the nine static combinations (Blox §5.2)."""
+
+from __future__ import annotations
+
+import json
+import math
+from itertools import islice
+from pathlib import Path
+
+import pytest
+
+from roundhouse.cli import main
+from roundhouse.reproduce.synthesizer import QUICK, SYNTHESIZER, Run, bursty_spikes, run_one, workload
+from services.scheduler.policies.synthesizer import CANDIDATES
+
+
+def test_bursts_are_short_jobs_at_twice_the_rate_for_two_hours_every_six() -> None:
+    spikes = bursty_spikes(8.0)
+    assert (spikes.period_s, spikes.window_s, spikes.offset_s) == (6 * 3600, 2 * 3600, 4 * 3600)
+    assert spikes.rate_per_hour == 16.0
+    assert spikes.duration_range_s == (600.0, 3600.0)
+    base = list(islice(workload("philly", QUICK, 0), 200))
+    bursty = list(islice(workload("bursty", QUICK, 0), 300))
+    base_set = {(j.arrival_s, j.duration_s) for j in base}
+    extra = [j for j in bursty if (j.arrival_s, j.duration_s) not in base_set]
+    assert extra
+    assert all(600 <= j.duration_s <= 3600 for j in extra)
+    assert all(4 * 3600 <= j.arrival_s % (6 * 3600) < 6 * 3600 for j in extra)
+    assert [j.index for j in bursty] == list(range(300))
+
+
+def test_unknown_workload() -> None:
+    with pytest.raises(ValueError, match="bursty"):
+        workload("steady", QUICK, 0)
+
+
+@pytest.mark.parametrize("policy", [SYNTHESIZER, "srtf+accept-1.2x"])
+def test_one_run_tracks_the_window(policy: str) -> None:
+    result = run_one(Run("bursty", policy, QUICK, 1))
+    assert result["jobs"] == QUICK.track[1] - QUICK.track[0] + 1
+    assert result["unfinished"] == 0
+    assert math.isfinite(result["avg_jct_s"])
+    if policy == SYNTHESIZER:
+        assert result["syntheses"] > 1
+        assert sum(result["time_share"].values()) == pytest.approx(1.0)
+        assert set(result["time_share"]) <= {str(c) for c in CANDIDATES}
+
+
+def test_quick_run_reports_paper_and_ours(tmp_path: Path) -> None:
+    out = tmp_path / "synthesizer.json"
+    assert main(["reproduce", "blox-synthesizer", "--quick", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["name"] == "blox-synthesizer"
+    metrics = report["metrics"]
+    assert set(metrics) == {
+        "philly_vs_best_static_pct", "philly_best_static_is_fifo",
+        "bursty_vs_best_static_pct", "bursty_best_static_is_srtf",
+    }
+    for kind in ("philly", "bursty"):
+        gap = metrics[f"{kind}_vs_best_static_pct"]
+        assert gap["paper"] is None  # Fig. 14: "closely matches", no number
+        assert gap["ours"] >= -100.0
+        assert report["details"][f"{kind}_best_static"] in {str(c) for c in CANDIDATES}
+        runs = [r for r in report["details"]["runs"] if r["workload"] == kind]
+        assert len(runs) == 10
+        best = min(r["avg_jct_s"] for r in runs if r["policy"] != SYNTHESIZER)
+        synth = next(r for r in runs if r["policy"] == SYNTHESIZER)
+        assert gap["ours"] == pytest.approx(100.0 * (synth["avg_jct_s"] - best) / best)
+    assert metrics["philly_best_static_is_fifo"]["paper"] == 1.0
+    assert metrics["bursty_best_static_is_srtf"]["ours"] in (0.0, 1.0)
