@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 
 import pytest
+from pydantic import ValidationError
 
 from roundhouse.sim.case import Case, run_case
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.synthetic import PhillySynthetic
+from services.admission.service import AdmissionConfig
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.state import ClusterState, JobState, JobStatus
+from services.scheduler.config import SchedulerConfig
 from services.scheduler.policies.synthesis import synthesizer_pair
 from services.scheduler.policies.synthesizer import CANDIDATES, Combination, choose_best, should_synthesize
 from tests.unit.policies.builders import assert_unchanged, cluster, frozen, job, jobs_of
@@ -256,3 +259,11 @@ def test_runs_in_the_simulator_as_a_pair() -> None:
     assert len(history) >= out.rounds // 10
     shares = scheduling.synthesis.time_shares(out.end_time)
     assert sum(shares.values()) == pytest.approx(out.end_time - history[0].now)
+
+
+def test_the_services_configure_it_by_name_with_options() -> None:
+    scheduler = SchedulerConfig(policy="synthesizer", policy_options={"metric": "avg_responsiveness_s", "every": 5})
+    admission = AdmissionConfig(policy="synthesizer", policy_options={"round_s": 60.0})
+    assert (scheduler.policy, admission.policy) == ("synthesizer", "synthesizer")
+    with pytest.raises(ValidationError, match="cannot optimize"):
+        SchedulerConfig(policy="synthesizer", policy_options={"metric": "utilization"})
