@@ -7,10 +7,11 @@ from one, never shifts the others: the same seed gives the same arrivals whateve
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
-from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
@@ -131,32 +132,66 @@ def _truncated_normal(rng: random.Random, mean: float, sigma: float, low: float,
 
 @dataclass(frozen=True, slots=True)
 class ClassShape:
-    """Truncated-normal shape of one FitGpp job class."""
+    """Truncated-normal shape of one FitGpp job class (Appendix A fits one normal per quantity)."""
 
     duration_mean_s: float
     duration_sigma_s: float
     duration_max_s: float
     gpus_mean: float
     gpus_sigma: float
+    cpus_mean: float
+    cpus_sigma: float
+    memory_mean_gb: float
+    memory_sigma_gb: float
 
 
-FITGPP_TE = ClassShape(300.0, 600.0, 1800.0, 1.0, 1.0)
-FITGPP_BE = ClassShape(1800.0, 3.0 * 3600.0, 24 * 3600.0, 2.0, 2.0)
+FITGPP_TE = ClassShape(300.0, 600.0, 1800.0, 1.0, 1.0, 4.0, 4.0, 32.0, 32.0)
+FITGPP_BE = ClassShape(1800.0, 3.0 * 3600.0, 24 * 3600.0, 2.0, 2.0, 8.0, 8.0, 64.0, 64.0)
+
+FITGPP_ARRIVALS: tuple[str, ...] = ("offered", "fifo")
+"""How ``FitGppSynthetic`` reads "load 2.0": Poisson at offered load, or kept at that load under FIFO."""
 
 
 @dataclass(frozen=True, slots=True)
 class FitGppSynthetic:
     """FitGpp's synthetic workload (FitGpp §3 and Appendix A).
 
-    From the paper: 30% TE jobs; execution times from normal distributions with means 5 min (TE)
-    and 30 min (BE), truncated at 30 min and 24 h; grace periods N(3 min, .) truncated at 20 min;
-    jobs submitted so that the cluster load would be 2.0 under FIFO; single-task (one-node) jobs.
-    The paper does not publish the spreads nor the GPU-count fits, so these are Roundhouse's
-    assumptions: duration sigma 10 min (TE) and 3 h (BE), lower truncation at 1 s; GPUs
-    N(1, 1) (TE) and N(2, 2) (BE), rounded and truncated to [1, ``max_gpus``]; grace sigma 1 min,
-    lower truncation 5 s. "Load 2.0" is read as offered load: Poisson arrivals at
-    ``load * total_gpus / E[gpus * duration]``, the expectation estimated from 20,000 draws of a
-    dedicated stream.
+    From the paper: 30% TE jobs; execution times, CPUs, RAM and GPUs each fitted "with separate
+    normal distributions" per class and drawn from truncated versions; execution-time means 5 min
+    (TE) and 30 min (BE), truncated at 30 min and 24 h; grace periods N(3 min, .) truncated at
+    20 min; single-task (one-node) jobs on nodes of 32 CPUs, 256 GB RAM and 8 GPUs; jobs "submitted
+    at such a rate that the cluster load would be kept at 2.0 if they were scheduled by FIFO".
+
+    The paper publishes neither the spreads nor the CPU/RAM/GPU fits (its Fig. 2 is not in the
+    text), so these are Roundhouse's assumptions, fixed before any run and not tuned to results:
+
+    * durations: sigma 10 min (TE) and 3 h (BE), lower truncation at 1 s;
+    * GPUs: N(1, 1) (TE) and N(2, 2) (BE), rounded and truncated to [1, ``max_gpus``];
+    * CPUs and RAM: drawn independently of the GPU count (the paper fits each quantity with its
+      own normal), centred on the node's per-GPU share (32 CPUs / 8 GPUs = 4 CPUs and 32 GB per
+      GPU) times the class's mean GPU count, sigma = mean: CPUs N(4, 4) (TE) and N(8, 8) (BE),
+      rounded to whole cores in [1, ``node_cpus``]; RAM N(32, 32) GB (TE) and N(64, 64) GB (BE)
+      in [1, ``node_memory_gb``] GB. Independent draws are what make the demand vector matter: a
+      TE job may need more CPUs or RAM than one small BE job frees (Eq. 2's ``D_TE <= D_j + N``);
+    * grace periods: sigma 1 min, lower truncation 5 s.
+
+    Arrivals (``arrivals``), two readings of "load 2.0":
+
+    * ``"offered"`` (the default): Poisson arrivals at ``load * total_gpus / E[gpus * duration]``,
+      the expectation estimated from 20,000 draws of a dedicated stream. Above load 1 the queue
+      grows without bound, so every waiting-time statistic grows with ``num_jobs``.
+    * ``"fifo"`` (the FitGpp reproduction's reading: the load is *kept* at 2.0 under FIFO): the
+      arrival times come from a reference FIFO run on the same cluster (``total_gpus //
+      max_gpus`` nodes of ``max_gpus`` GPUs, ``node_cpus`` CPUs and ``node_memory_gb`` GB): at
+      t = 0, and again after every completion, jobs are submitted until the GPUs demanded by the
+      jobs in the system (running and queued) reach ``load`` times the cluster's GPUs. The
+      reference FIFO starts the head of the queue on the node with the fewest free GPUs where its
+      GPUs, CPUs and RAM fit (ties by node order) and blocks the queue when it does not fit, as
+      Roundhouse's ``fifo`` ranking with the ``preempting`` placement does (no preemption), so
+      that run sees the same load. Every policy then replays the same arrival times.
+
+    Every quantity draws from its own stream (durations and GPUs ``shapes``, CPUs and RAM
+    ``demand``, ``classes``, ``grace``, ``arrivals``), so adding the CPU/RAM draws moved nothing else.
     """
 
     total_gpus: int
@@ -165,16 +200,35 @@ class FitGppSynthetic:
     te_fraction: float = 0.3
     max_gpus: int = 8
     seed: int = 0
+    arrivals: str = "offered"
+    node_cpus: float = 32.0
+    node_memory_gb: float = 256.0
 
     def __post_init__(self) -> None:
         if not self.load > 0 or self.total_gpus < 1 or self.num_jobs < 1:
             raise WorkloadError("fitgpp-synthetic needs load > 0, total_gpus >= 1 and num_jobs >= 1")
+        if self.arrivals not in FITGPP_ARRIVALS:
+            raise WorkloadError(f"fitgpp-synthetic arrivals must be one of {FITGPP_ARRIVALS}, got {self.arrivals!r}")
+        if self.node_cpus < 1 or self.node_memory_gb < 1:
+            raise WorkloadError("fitgpp-synthetic nodes need at least 1 CPU and 1 GB of RAM")
+        if self.arrivals == "fifo" and self.total_gpus % self.max_gpus:
+            raise WorkloadError(
+                f"arrivals='fifo' needs whole nodes: total_gpus {self.total_gpus} is not a multiple of {self.max_gpus}"
+            )
 
     def _draw(self, rng: random.Random, te: bool) -> tuple[float, int]:
         shape = FITGPP_TE if te else FITGPP_BE
         duration = _truncated_normal(rng, shape.duration_mean_s, shape.duration_sigma_s, 1.0, shape.duration_max_s)
         gpus = round(_truncated_normal(rng, shape.gpus_mean, shape.gpus_sigma, 0.5, self.max_gpus + 0.49))
         return duration, max(1, min(self.max_gpus, gpus))
+
+    def _demand(self, rng: random.Random, te: bool) -> tuple[float, float]:
+        """(CPUs, RAM GB) of one job: whole cores, RAM in GB, both within one node."""
+        shape = FITGPP_TE if te else FITGPP_BE
+        top = math.floor(self.node_cpus)
+        cpus = round(_truncated_normal(rng, shape.cpus_mean, shape.cpus_sigma, 0.5, top + 0.49))
+        memory = _truncated_normal(rng, shape.memory_mean_gb, shape.memory_sigma_gb, 1.0, self.node_memory_gb)
+        return float(max(1, min(top, cpus))), memory
 
     def mean_gpu_seconds(self) -> float:
         rng = stream(self.seed, "calibration")
@@ -185,22 +239,120 @@ class FitGppSynthetic:
             total += duration * gpus
         return total / n
 
-    def __iter__(self) -> Iterator[TraceJob]:
-        rate_per_s = self.load * self.total_gpus / self.mean_gpu_seconds()
-        arrivals = stream(self.seed, "arrivals")
+    def jobs(self) -> Iterator[TraceJob]:
+        """The jobs in order with ``arrival_s`` = 0: everything but the arrival process."""
         classes = stream(self.seed, "classes")
         shapes = stream(self.seed, "shapes")
+        demand = stream(self.seed, "demand")
         grace = stream(self.seed, "grace")
-        now = 0.0
         for index in range(self.num_jobs):
-            now += arrivals.expovariate(rate_per_s)
             te = classes.random() < self.te_fraction
             duration, gpus = self._draw(shapes, te)
+            cpus, memory = self._demand(demand, te)
             yield TraceJob(
                 index=index,
-                arrival_s=now,
+                arrival_s=0.0,
                 gpus=gpus,
                 duration_s=duration,
                 job_class=JobClass.TE if te else JobClass.BE,
                 checkpoint_s=_truncated_normal(grace, 180.0, 60.0, 5.0, 1200.0),
+                cpus=cpus,
+                memory_gb=memory,
             )
+
+    def __iter__(self) -> Iterator[TraceJob]:
+        if self.arrivals == "fifo":
+            yield from FifoLoadArrivals(
+                nodes=self.total_gpus // self.max_gpus,
+                node_gpus=self.max_gpus,
+                node_cpus=self.node_cpus,
+                node_memory_gb=self.node_memory_gb,
+                load=self.load,
+            ).timed(self.jobs())
+            return
+        rate_per_s = self.load * self.total_gpus / self.mean_gpu_seconds()
+        arrivals = stream(self.seed, "arrivals")
+        now = 0.0
+        for job in self.jobs():
+            now += arrivals.expovariate(rate_per_s)
+            job.arrival_s = now
+            yield job
+
+
+@dataclass(frozen=True, slots=True)
+class FifoLoadArrivals:
+    """Arrival times that keep the GPU load of a FIFO cluster at ``load`` (FitGpp §3, Appendix A).
+
+    A small FIFO simulation of its own (no policy objects, so it is fast and independent of the
+    simulator): one queue, the head starts on the node with the fewest free GPUs where its GPUs,
+    CPUs and RAM fit (ties by node order), else it blocks the queue; jobs run exactly their
+    duration. A job is submitted at t = 0 or at a completion whenever the GPUs demanded by the jobs
+    in the system are below ``load`` x the cluster's GPUs.
+    """
+
+    nodes: int
+    node_gpus: int
+    node_cpus: float
+    node_memory_gb: float
+    load: float
+
+    def timed(self, jobs: Iterable[TraceJob], finishes: dict[int, float] | None = None) -> Iterator[TraceJob]:
+        """``jobs`` (in order) with their ``arrival_s`` set; the records are updated in place.
+
+        ``finishes``, if given, receives every job's completion time in the reference FIFO run
+        (by index; filled up to the last job once the stream is exhausted): a check that the
+        simulator's FIFO run is the one whose load was kept."""
+        n = self.nodes
+        free_gpus = [self.node_gpus] * n
+        free_cpus = [self.node_cpus] * n
+        free_mem = [self.node_memory_gb] * n
+        target = self.load * self.nodes * self.node_gpus
+        queue: deque[TraceJob] = deque()
+        running: list[tuple[float, int, int, TraceJob]] = []  # (finish, index, node, job)
+        in_system = 0
+        now = 0.0
+
+        def start_head() -> None:
+            while queue:
+                job = queue[0]
+                g, c, m = job.gpus, job.cpus or 1.0, job.memory_gb or 4.0
+                best = -1
+                for node in range(n):
+                    have = free_gpus[node]
+                    if have < g or free_cpus[node] + 1e-9 < c or free_mem[node] + 1e-9 < m:
+                        continue
+                    if best < 0 or have < free_gpus[best]:
+                        best = node
+                if best < 0:
+                    return
+                queue.popleft()
+                free_gpus[best] -= g
+                free_cpus[best] -= c
+                free_mem[best] -= m
+                heapq.heappush(running, (now + job.duration_s, job.index, best, job))
+
+        def next_completions() -> None:
+            nonlocal now, in_system
+            if not running:
+                raise WorkloadError("the reference FIFO run is stuck: a queued job fits on no empty node")
+            now = running[0][0]
+            while running and running[0][0] <= now:
+                _, index, node, done = heapq.heappop(running)
+                free_gpus[node] += done.gpus
+                free_cpus[node] += done.cpus or 1.0
+                free_mem[node] += done.memory_gb or 4.0
+                in_system -= done.gpus
+                if finishes is not None:
+                    finishes[index] = now
+            start_head()
+
+        for job in jobs:
+            while in_system >= target:
+                next_completions()
+            job.arrival_s = now
+            in_system += job.gpus
+            queue.append(job)
+            start_head()
+            yield job
+        while finishes is not None and (running or queue):
+            next_completions()

@@ -38,27 +38,51 @@ def share_on_node(job: JobState, cluster: ClusterState) -> dict[int, tuple[int, 
     held = job.gpus
     if not held:
         return {}
+    positions = cluster.gpu_node_positions
+    spec = job.spec
+    first = positions[held[0]]
+    if len(held) == 1 or all(positions[g] == first for g in held):
+        return {first: (len(held), spec.cpus, spec.memory_gb)}  # one node: the common case
     per_node: dict[int, int] = {}
     for g in held:
-        node = cluster.node_position_of_gpu(g)
+        node = positions[g]
         per_node[node] = per_node.get(node, 0) + 1
     total = len(held)
-    spec = job.spec
     return {n: (c, spec.cpus * c / total, spec.memory_gb * c / total) for n, c in per_node.items()}
 
 
-def free_room(running: Iterable[JobState], cluster: ClusterState) -> list[NodeRoom]:
-    """Free GPUs, CPUs and RAM per node position, given the jobs that hold resources."""
+def free_room(
+    running: Iterable[JobState], cluster: ClusterState, spans: dict[tuple[int, ...], int] | None = None
+) -> list[NodeRoom]:
+    """Free GPUs, CPUs and RAM per node position, given the jobs that hold resources.
+
+    Called on every round of the ``preempting`` placement, so it avoids per-job dicts: ``spans``
+    (the caller's memo for one cluster) maps a GPU tuple to its node position, or -1 if the GPUs
+    span nodes, and single-node jobs (FitGpp's are all single-task) are charged directly."""
     nodes = [cluster.nodes[n] for n in cluster.node_ids]
     cpus = [n.cpus for n in nodes]
     memory = [n.memory_gb for n in nodes]
+    positions = cluster.gpu_node_positions
+    memo: dict[tuple[int, ...], int] = {} if spans is None else spans
     for job in running:
-        for node, (_, c, m) in share_on_node(job, cluster).items():
-            cpus[node] -= c
-            memory[node] -= m
+        held = job.gpus
+        if not held:
+            continue
+        node = memo.get(held)
+        if node is None:
+            first = positions[held[0]]
+            node = memo[held] = first if all(positions[g] == first for g in held) else -1
+        if node >= 0:
+            spec = job.spec
+            cpus[node] -= spec.cpus
+            memory[node] -= spec.memory_gb
+            continue
+        for where, (_, c, m) in share_on_node(job, cluster).items():
+            cpus[where] -= c
+            memory[where] -= m
     free_gpus = [0] * len(nodes)
-    for node, gpus in cluster.free_by_node().items():
-        free_gpus[node] = len(gpus)
+    for where, gpus in cluster.free_by_node().items():
+        free_gpus[where] = len(gpus)
     return [NodeRoom(free_gpus[i], cpus[i], memory[i]) for i in range(len(nodes))]
 
 

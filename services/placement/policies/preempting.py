@@ -26,7 +26,9 @@ never preempts here, whatever ``Ranking.preempt`` says):
 
 Grace periods (§2.1) are honoured by the owner of the state: a suspended victim holds its GPUs
 until it has checkpointed, at most ``spec.grace_period_s``, and the TE job starts after that. The
-plan says only who is suspended and where the TE job goes.
+plan says only who is suspended and where the TE job goes; so that the owner's rule applies, the TE
+job is put on the victims' GPUs first (on its node, before GPUs that were already free: a victim
+that made room with its CPUs or RAM still holds them during its grace period).
 
 Cost: time proportional to the jobs looked at (launches, waiting TE jobs, one blocked BE job), plus
 a scratch copy of the cluster's GPU table for each TE job that needs preemption.
@@ -35,7 +37,7 @@ a scratch copy of the cluster's GPU table for each TE job that needs preemption.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
 from schemas.job import JobClass
@@ -55,9 +57,16 @@ _VICTIM_OPTIONS: dict[str, frozenset[str]] = {
 
 
 def resource_fit(
-    job: JobState, free: FreeMap, room: Sequence[NodeRoom], cluster: ClusterState
+    job: JobState,
+    free: FreeMap,
+    room: Sequence[NodeRoom],
+    cluster: ClusterState,
+    prefer: Collection[int] = (),
 ) -> tuple[int, ...] | None:
-    """GPUs on one node with enough free GPUs, CPUs and RAM (best fit on GPUs); None if none."""
+    """GPUs on one node with enough free GPUs, CPUs and RAM (best fit on GPUs); None if none.
+
+    On the chosen node the GPUs in ``prefer`` (a victim's, just freed) are taken first, then the
+    lowest ids."""
     need = job.spec.gpus
     if need > cluster.largest_node_gpus:
         return consolidated_fit(job, need, free, cluster)
@@ -69,6 +78,8 @@ def resource_fit(
             best = node
     if best is None:
         return None
+    if prefer:
+        return tuple(sorted(sorted(free[best], key=lambda g: (g not in prefer, g))[:need]))
     return tuple(sorted(free[best])[:need])
 
 
@@ -108,11 +119,16 @@ class Preempting:
                 f"preempt_for must name job classes from {[c.value for c in JobClass]}, got {list(preempt_for)}"
             ) from None
         self.backfill = backfill
+        self._spans: dict[tuple[int, ...], int] = {}
+        """``demand.free_room``'s memo of GPU tuple -> node, for the cluster in ``_spans_of``."""
+        self._spans_of: list[int] | None = None
 
     def place(
         self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float
     ) -> Placement:
-        walk = _Walk(ranking, jobs, cluster)
+        if self._spans_of is not cluster.gpu_node_positions or len(self._spans) > 1_000_000:
+            self._spans, self._spans_of = {}, cluster.gpu_node_positions
+        walk = _Walk(ranking, jobs, cluster, self._spans)
         waiting = ranking.waiting
         if waiting is None:
             waiting = [j for j in ranking.order if not jobs[j].is_running]
@@ -145,7 +161,10 @@ class Preempting:
         if unknown:
             raise ValueError(f"victim policy {self.victim_name!r} chose jobs that are not running: {unknown}")
         undo = [walk.drop(by_id[v]) for v in chosen]
-        gpus = walk.fit(job)
+        # The TE job takes the victims' GPUs first, so it waits for their grace period (§2.1: the
+        # GP "affects the time until the execution of the incoming TE jobs"); on free GPUs of the
+        # victim's node it would start at once although only the victim's CPUs or RAM made room.
+        gpus = walk.fit(job, prefer={g for v in chosen for g in by_id[v].gpus})
         if gpus is None:
             for victim, relaunch in zip(chosen, undo, strict=True):
                 walk.restore(by_id[victim], relaunch)
@@ -155,19 +174,22 @@ class Preempting:
 class _Walk:
     """Scratch state of one ``preempting`` walk: free GPUs, free CPU/RAM per node, decisions."""
 
-    def __init__(self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState) -> None:
+    def __init__(
+        self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, spans: dict[tuple[int, ...], int]
+    ) -> None:
         self.ranking = ranking
         self.jobs = jobs
         self.cluster = cluster
         gone = ranking.terminate
+        running_status = JobStatus.RUNNING
         self.running: dict[str, JobState] = {
-            j.job_id: j for j in jobs.values() if j.is_running and j.job_id not in gone
+            j.job_id: j for j in jobs.values() if j.status is running_status and j.job_id not in gone
         }
         self.free: FreeMap = cluster.free_by_node()
         ending = [jobs[j] for j in gone if j in jobs and jobs[j].is_running]
         for j in ending:
             self._give(j.gpus)
-        self.room = free_room(self.running.values(), cluster)
+        self.room = free_room(self.running.values(), cluster, spans)
         for node, count in enumerate(self._gpu_counts()):
             self.room[node].gpus = count
         self.launch: dict[str, tuple[int, ...]] = {}
@@ -199,8 +221,8 @@ class _Walk:
             slot.cpus += sign * c
             slot.memory_gb += sign * m
 
-    def fit(self, job: JobState) -> tuple[int, ...] | None:
-        return resource_fit(job, self.free, self.room, self.cluster)
+    def fit(self, job: JobState, prefer: Collection[int] = ()) -> tuple[int, ...] | None:
+        return resource_fit(job, self.free, self.room, self.cluster, prefer)
 
     def launch_job(self, job: JobState, gpus: tuple[int, ...]) -> None:
         self._take(gpus)

@@ -250,6 +250,20 @@ PLACE_CASES: list[
         ("be2",),
     ),
     (
+        # v frees the 4 CPUs the TE job needs; GPU 2 was free all along. The TE job takes v's GPU 3,
+        # so it starts only when v's grace period is over (the owner holds v's GPUs that long).
+        "the TE job takes the victim's GPUs before GPUs that were already free",
+        {},
+        [
+            fjob("hog", gpus=2, on=(0, 1), cpus=28, grace=600.0),
+            fjob("v", on=(3,), cpus=4, grace=30.0, submit=1.0, seq=1),
+            fjob("te", kind="TE", cpus=4, submit=5.0, seq=5),
+        ],
+        ("fitgpp", 1),
+        {"hog": (0, 1), "te": (3,)},
+        ("v",),
+    ),
+    (
         "a waiting BE job never preempts",
         {},
         [*ONE_NODE, fjob("be3", gpus=2, submit=5.0, seq=5)],

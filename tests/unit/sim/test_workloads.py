@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 
 from roundhouse.sim.cluster import ClusterSpecError, parse_shape, read_tiresias_spec
-from roundhouse.sim.synthetic import FitGppSynthetic, GpuCounts, PhillySynthetic, stream
+from roundhouse.sim.engine import SimConfig, Simulator
+from roundhouse.sim.synthetic import FifoLoadArrivals, FitGppSynthetic, GpuCounts, PhillySynthetic, stream
 from roundhouse.sim.traces import read_trace
 from roundhouse.sim.workload import WorkloadError
 from schemas.job import JobClass
+from services.core.protocols import Trigger
+from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.state import ClusterState
 
 TRACES = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces"
 
@@ -64,6 +68,62 @@ def test_fitgpp_synthetic_shape() -> None:
     assert all(j.checkpoint_s is not None and 5 <= j.checkpoint_s <= 1200 for j in jobs)
     offered = sum(j.gpus * j.duration_s for j in jobs) / (64 * jobs[-1].arrival_s)
     assert offered == pytest.approx(2.0, rel=0.15)
+
+
+def test_fitgpp_synthetic_cpu_and_ram_demand() -> None:
+    offered = list(FitGppSynthetic(total_gpus=64, num_jobs=4000, seed=3))
+    assert all(j.cpus is not None and j.memory_gb is not None for j in offered)
+    assert all(1 <= j.cpus <= 32 and j.cpus == int(j.cpus) for j in offered if j.cpus is not None)
+    assert all(1 <= j.memory_gb <= 256 for j in offered if j.memory_gb is not None)
+    te = [j for j in offered if j.job_class is JobClass.TE]
+    be = [j for j in offered if j.job_class is JobClass.BE]
+    # BE jobs are centred on twice the TE demand (N(8, 8) vs N(4, 4) CPUs, N(64, 64) vs N(32, 32) GB)
+    assert sum(j.cpus or 0 for j in be) / len(be) > 1.5 * sum(j.cpus or 0 for j in te) / len(te)
+    assert sum(j.memory_gb or 0 for j in be) / len(be) > 1.5 * sum(j.memory_gb or 0 for j in te) / len(te)
+    # the CPU/RAM draws have their own stream: the same seed gives the same jobs, whichever arrivals
+    fifo = list(FitGppSynthetic(total_gpus=64, num_jobs=4000, seed=3, arrivals="fifo"))
+    fields = [(j.gpus, j.duration_s, j.job_class, j.checkpoint_s, j.cpus, j.memory_gb) for j in offered]
+    assert fields == [(j.gpus, j.duration_s, j.job_class, j.checkpoint_s, j.cpus, j.memory_gb) for j in fifo]
+    # and the arrivals are the Poisson stream alone: recomputing it from its stream gives the same times
+    workload = FitGppSynthetic(total_gpus=64, num_jobs=4000, seed=3)
+    rate, rng, now = 2.0 * 64 / workload.mean_gpu_seconds(), stream(3, "arrivals"), 0.0
+    for j in offered[:50]:
+        now += rng.expovariate(rate)
+        assert j.arrival_s == now
+
+
+def test_fitgpp_synthetic_fifo_arrivals_keep_the_load() -> None:
+    finishes: dict[int, float] = {}
+    workload = FitGppSynthetic(total_gpus=32, num_jobs=1500, seed=4, arrivals="fifo")
+    jobs = list(FifoLoadArrivals(nodes=4, node_gpus=8, node_cpus=32, node_memory_gb=256, load=2.0).timed(
+        workload.jobs(), finishes
+    ))
+    assert [(j.index, j.arrival_s) for j in jobs] == [(j.index, j.arrival_s) for j in workload]
+    assert len(finishes) == len(jobs)
+    # at every arrival instant, after its arrivals, the GPUs demanded by jobs in the system reach
+    # 2.0 x 32 (and one job fewer would not)
+    instants = sorted({j.arrival_s for j in jobs})
+    for t in instants[:: max(1, len(instants) // 200)]:
+        arrived = [j for j in jobs if j.arrival_s <= t]
+        demand = sum(j.gpus for j in arrived if finishes[j.index] > t)
+        assert demand >= 64
+        assert demand - arrived[-1].gpus < 64
+    # the simulator's FIFO on GPUs, CPUs and RAM is the reference run, job for job
+    sim = Simulator(
+        iter(jobs), ClusterState.uniform(4, 8), admission=ADMISSION.create("accept-all"),
+        scheduling=SCHEDULING.create("fifo"), placement=PLACEMENT.create("preempting", preempt_for=()),
+        config=SimConfig(extra_triggers=Trigger.CHURN),
+    )
+    out = sim.run()
+    expected = sorted(finishes[j.index] - j.arrival_s for j in jobs)
+    assert sorted(out.jct) == pytest.approx(expected, abs=1e-6)
+
+
+def test_fitgpp_synthetic_rejects_bad_options() -> None:
+    with pytest.raises(WorkloadError, match="arrivals"):
+        FitGppSynthetic(total_gpus=64, arrivals="closed")
+    with pytest.raises(WorkloadError, match="whole nodes"):
+        FitGppSynthetic(total_gpus=60, arrivals="fifo")
 
 
 def test_roundhouse_csv(tmp_path: Path) -> None:
