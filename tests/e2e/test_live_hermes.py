@@ -32,7 +32,7 @@ from roundhouse.local import LocalClusterConfig
 from tests.e2e.live_cluster import curve_spec, events, iterations, live_cluster, read_log
 
 QUANTUM_S = 2.0
-ITERATIONS = {"slow": 200, "fast": 300}
+ITERATIONS = {"slow": 200, "fast": 340}
 PLATEAU = 100
 """``fast`` converges by iteration 100 (5 s at 0.05 s an iteration); its loss is flat after that."""
 RATES = {"slow": 0.0005, "fast": 0.02}
