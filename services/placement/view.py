@@ -11,6 +11,9 @@ Allocations are kept per job as ``{lease id, node -> local GPU indices}``, indep
 whenever the inventory or an allocation changed. A lease's GPUs count as taken even when the job's
 spec is unknown here, so placement never hands out GPUs a job is using.
 
+A job's ``preemptions`` counts the suspensions of its leases seen here (the scheduler counts
+every suspension too; a lease it releases as lost without a fact is not counted here).
+
 Facts about an older lease than the one recorded are ignored, except a completion: the job then
 ends when its recorded (newer) lease does, as the scheduler revokes that re-run. A registration
 with a new incarnation drops the leases on that node (they died with the agent's processes).
@@ -113,6 +116,11 @@ class ClusterView:
         if lease is not None:
             del self.leases[job_id]
             self._dirty = True
+            job = self.jobs.get(job_id)
+            if not finished and job is not None:
+                # Counted as the scheduler counts it (every suspension of a lease), so a victim
+                # policy's limit (FitGpp's PC_j < P) holds on the live cluster too.
+                job.preemptions += 1
         if finished or job_id in self._cancelled:
             self._cancelled.discard(job_id)
             if job_id not in self.leases:

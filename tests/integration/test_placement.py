@@ -223,3 +223,19 @@ def test_a_completion_for_an_earlier_lease_ends_the_job_when_its_newer_lease_end
                             iteration=3), 0.0)  # fmt: skip
     assert "j" not in view.leases
     assert "j" not in view.jobs
+
+
+def test_the_view_counts_a_job_s_suspensions_as_preemptions_once_each() -> None:
+    """Victim policies read ``preemptions`` (FitGpp's ``PC_j < P``) from the placement's view."""
+    from services.placement.view import ClusterView
+
+    view = ClusterView(lease_ttl_s=30.0)
+    view.apply(fake_node("node-a", 1), 0.0)
+    view.apply(arrived("j", 1), 0.0)
+    for n in (1, 2):
+        view.apply(started("j", "node-a", [0], lease=f"l{n}"), 0.0)
+        suspended = JobSuspended(job_id="j", lease_id=f"l{n}", node_id="node-a", epoch=1,
+                                 reason=SuspendReason.PREEMPTED, iteration=n)  # fmt: skip
+        view.apply(suspended, 0.0)
+        view.apply(suspended, 0.0)  # a replayed fact counts once
+        assert view.jobs["j"].preemptions == n
