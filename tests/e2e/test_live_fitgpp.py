@@ -11,6 +11,10 @@ max GP``: both demand the same, so the one with the shorter grace period, ``vict
 must start on the arrival (churn), after the victim's checkpoint and within its grace period; the
 victim goes back to the head of the BE queue (it resumes before ``queued``, which arrived later),
 continues from its checkpoint and completes; no iteration of any job is lost or run twice.
+
+With ``P = 1`` (the paper's setting, ``max_preemptions``), a second TE job arriving once the victim
+runs again must preempt ``long`` instead: the victim has been preempted once (``PC_j < P`` fails),
+however low its score. That needs the preemption count in the placement service's view.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ CHECKPOINT_S = 1.0
 MARGIN_S = 2.0
 """Allowed beyond the grace period: the round, the grant and the TE process's start."""
 
-ITERATIONS = {"long": 300, "victim": 140, "queued": 30, "te": 30}
-"""At 0.05 s an iteration: long 15 s, victim 7 s, queued and te 1.5 s."""
+ITERATIONS = {"long": 300, "victim": 140, "queued": 30, "te": 30, "te2": 30}
+"""At 0.05 s an iteration: long 15 s, victim 7 s, queued and the TE jobs 1.5 s."""
 
 
 @pytest.mark.timeout(150)
@@ -40,7 +44,7 @@ async def test_te_job_preempts_the_fitgpp_victim_within_its_grace_period(tmp_pat
         state_dir=tmp_path / "state", workers=1, gpus_per_worker=2, scheduler="fitgpp", placement="preempting",
         round_s=5.0,
         extra_args={
-            "placement": ["--policy-options", '{"victim": "fitgpp", "s": 4.0}'],
+            "placement": ["--policy-options", '{"victim": "fitgpp", "s": 4.0, "max_preemptions": 1}'],
             "worker": ["--heartbeat-s", "0.5", "--cpus", "16", "--memory-gb", "64"],
         },
     )  # fmt: skip
@@ -69,13 +73,24 @@ async def test_te_job_preempts_the_fitgpp_victim_within_its_grace_period(tmp_pat
                          what="the TE job's process started")  # fmt: skip
         te_start = events(read_log(live.log_of("te")), "start")[0]["t"]
 
+        # The victim runs again (after the TE job); a second TE job arrives.
+        await eventually(lambda: len(events(read_log(live.log_of("victim")), "start")) == 2, timeout_s=20,
+                         what="the victim resumed")  # fmt: skip
+        ids["te2"] = await live.submit(curve_spec(live, "te2", iterations=ITERATIONS["te2"],
+                                                  job_class=JobClass.TE, grace_period_s=8))  # fmt: skip
+        await eventually(lambda: events(read_log(live.log_of("te2")), "start"), timeout_s=GRACE_LONG_S + 10,
+                         what="the second TE job's process started")  # fmt: skip
+        te2_start = events(read_log(live.log_of("te2")), "start")[0]["t"]
+
         final = await live.wait_finished(list(ids.values()), timeout_s=60)
 
     by_name = {name: final[job_id] for name, job_id in ids.items()}
     assert all(v.status == "completed" for v in by_name.values()), by_name
     # FitGpp chose the BE job with the shorter grace period, and only that one.
+    # and, with P = 1, the second time the other one: the victim is not preempted twice.
     assert by_name["victim"].preemptions == 1, by_name["victim"]
-    assert [by_name[n].preemptions for n in ("long", "queued", "te")] == [0, 0, 0], by_name
+    assert by_name["long"].preemptions == 1, by_name["long"]
+    assert [by_name[n].preemptions for n in ("queued", "te", "te2")] == [0, 0, 0], by_name
 
     logs = {name: read_log(live.log_of(name)) for name in ids}
     # The TE job started within the victim's grace period, after the victim's checkpoint.
@@ -96,11 +111,16 @@ async def test_te_job_preempts_the_fitgpp_victim_within_its_grace_period(tmp_pat
     te_done = events(logs["te"], "finished")[0]["t"]
     queued_start = events(logs["queued"], "start")[0]["t"]
     assert te_done <= resumed["t"] < queued_start, (te_done, resumed["t"], queued_start)
+    # The second TE job: within long's grace period; long, preempted, also resumes before queued.
+    assert te2_start - live.submitted[ids["te2"]] < GRACE_LONG_S + MARGIN_S
+    long_runs = events(logs["long"], "start")
+    assert len(long_runs) == 2, long_runs
+    assert long_runs[1]["t"] < queued_start
 
     # Nothing lost or run twice; the jobs never preempted ran in one process each.
     for name, count in ITERATIONS.items():
         assert iterations(logs[name]) == list(range(count)), f"{name}: iterations lost or repeated"
-        if name != "victim":
+        if name not in ("victim", "long"):
             assert len(events(logs[name], "start")) == 1, f"{name} was started more than once"
     print(f"\nTE job: submitted -> process started in {waited:.2f} s (victim grace {GRACE_VICTIM_S:.0f} s, "
           f"checkpoint {CHECKPOINT_S:.0f} s)")  # fmt: skip
