@@ -110,6 +110,10 @@ class Outcome:
     arrived: int = 0
     completed: int = 0
     stalled: bool = False
+    loss_reached: dict[int, float] = field(default_factory=dict)
+    """Per measured job with a loss curve and a ``loss_target`` that its loss reached: the exact
+    time its smooth loss first got there (job index -> seconds); the target may be reached long
+    before the job ends (Hermes' time to 90% of the optimal loss) or end it (loss-termination)."""
 
 
 class Simulator:
@@ -302,6 +306,8 @@ class Simulator:
             out.preemptions.append(job.preemptions)
             out.lost_gpu_s.append(job.lost_gpu_s)
             out.job_class.append(job.trace.job_class.value if job.trace is not None else job.spec.job_class.value)
+            if job.loss_log is not None:
+                self._record_loss(job)
             out.last_finish = max(out.last_finish, t)
             self._measured_done()
 
@@ -480,6 +486,14 @@ class Simulator:
             out.productive_gpu_s += job.freeze()
             out.busy_gpu_s += (t - job.alloc_since) * len(job.gpus)
         out.unfinished = sum(1 for job in self._jobs.values() if job.measured)
+        for job in self._jobs.values():
+            if job.measured and job.loss_log is not None:
+                self._record_loss(job)
+
+    def _record_loss(self, job: SimJobState) -> None:
+        reached = job.loss_reached_at
+        if reached is not None and job.trace is not None:
+            self.out.loss_reached[job.trace.index] = reached
 
     def _check(self, t: float) -> None:
         check_invariants(self.active, self._held + self._new, self._jobs, self.cluster, t)

@@ -4,7 +4,10 @@
 * a job that is not running (waiting, held, suspended) holds no GPU;
 * work is conserved: done work is between 0 and the job's total, and productive time never
   exceeds the time since submission (so JCT >= run time);
-* policies do not mutate their inputs (``snapshot_inputs`` before and after a round).
+* loss samples (jobs with a loss curve) are in time order, no later than ``now``, and at most
+  ``HISTORY_LIMIT``; a job that never started reports no loss;
+* policies do not mutate their inputs (``snapshot_inputs`` before and after a round, loss fields
+  included).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from roundhouse.sim.loss import HISTORY_LIMIT
 from services.core.state import ClusterState, JobState, JobStatus
 
 _EPS = 1e-6
@@ -66,11 +70,27 @@ def check_invariants(
             raise InvariantError(
                 f"t={now}: job {job_id} ran {job.executed_time} s since its submission at {job.submit_time}"
             )
+        _check_loss(job_id, job, now)
     if held_by_jobs != len(holders):
         raise InvariantError(f"t={now}: jobs hold {held_by_jobs} GPUs but the cluster has {len(holders)} busy")
     for job in pending:
         if job.gpus or job.status is JobStatus.RUNNING:
             raise InvariantError(f"t={now}: job {job.job_id} is not admitted yet but holds GPUs")
+
+
+def _check_loss(job_id: str, job: JobState, now: float) -> None:
+    history = job.loss_history
+    if not history:
+        return
+    if job.first_start_time is None or job.loss is None:
+        raise InvariantError(f"t={now}: job {job_id} has loss samples but never ran")
+    if len(history) > HISTORY_LIMIT:
+        raise InvariantError(f"t={now}: job {job_id} keeps {len(history)} loss samples (limit {HISTORY_LIMIT})")
+    last = -float("inf")
+    for t, _ in history:
+        if t < last or t > now + _EPS:
+            raise InvariantError(f"t={now}: job {job_id}'s loss samples are out of order or in the future at {t}")
+        last = t
 
 
 def snapshot_inputs(active: Mapping[str, JobState], cluster: ClusterState) -> tuple[Any, ...]:

@@ -6,6 +6,12 @@ simulation, so ``SimJobState`` stores progress as a straight line instead: the v
 change (launch, suspension) plus ``rate x (clock.now - productive_from)``. Policies read the usual
 ``JobState`` attributes and always see values exact at ``clock.now``, which the simulator sets to
 the ``now`` it passes them. Writes (from the dataclass constructor) set the base value.
+
+Loss (``roundhouse.sim.loss``): a job whose ``TraceJob`` carries a ``loss_curve`` reports
+``loss`` = the curve at its current progress (None before its first launch) and a bounded
+``loss_history`` of samples taken every ``curve.sample_s`` seconds of productive time, both exact at
+``clock.now`` and computed on demand from the progress line (``LossLog``). A job without a curve
+holds one ``None`` slot for all of it and reports no loss, as before.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from functools import cache
 from typing import Any
 
 from roundhouse.sim.costs import ModelCosts
+from roundhouse.sim.loss import LossLog, Run
 from roundhouse.sim.workload import TraceJob
 from schemas.job import JobSpec
 from services.core.state import JobState, JobStatus
@@ -43,6 +50,7 @@ class SimJobState(JobState):
         "done0",
         "gpus_requested",
         "line_a",
+        "loss_log",
         "lost_gpu_s",
         "measured",
         "productive_from",
@@ -68,6 +76,9 @@ class SimJobState(JobState):
         self.rate = 0.0
         self.productive_from = 0.0
         self.line_a = 0.0
+        curve = trace.loss_curve if trace is not None else None
+        self.loss_log = LossLog(curve, trace.loss_target) if curve is not None and trace is not None else None
+        """Loss samples and target bookkeeping; None for a job without a loss curve."""
         super().__init__(*args, **kwargs)
         self.work_s = work_s
         """Run time alone at the requested GPU count, consolidated: the work to do, in those seconds."""
@@ -99,14 +110,38 @@ class SimJobState(JobState):
         self._spec = value
 
     @property
+    def loss(self) -> float | None:
+        """The curve at the current progress (exact at ``clock.now``); None without a curve or
+        before the first launch."""
+        log = self.loss_log
+        if log is None or self.first_start_time is None:
+            return None
+        return log.curve.at(self.done_s / self.work_s)
+
+    @loss.setter
+    def loss(self, value: float | None) -> None:
+        if value is not None:
+            raise ValueError("a simulated job's loss comes from its loss curve")
+
+    @property
     def loss_history(self) -> list[tuple[float, float]]:
-        """Always empty: simulated jobs report no loss (a fresh list, so no memory is held per job)."""
-        return []
+        """(time, loss) samples, oldest first, bounded (``roundhouse.sim.loss.LossLog``); empty
+        without a curve (a fresh list, so no memory is held per job). Do not mutate it."""
+        log = self.loss_log
+        if log is None:
+            return []
+        run = Run(self.productive_from, self.done0, self.rate, self.work_s)
+        return log.view(run, self.clock.now, self.version, running=self.status is JobStatus.RUNNING)
 
     @loss_history.setter
     def loss_history(self, value: list[tuple[float, float]]) -> None:
         if value:
-            raise ValueError("simulated jobs keep no loss history")
+            raise ValueError("simulated jobs derive their loss history from their loss curve")
+
+    @property
+    def loss_reached_at(self) -> float | None:
+        """When the smooth loss first reached ``loss_target``, as of the last ``freeze``."""
+        return self.loss_log.reached_at if self.loss_log is not None else None
 
     def _productive_s(self) -> float:
         if self.status is not JobStatus.RUNNING:
@@ -159,6 +194,8 @@ class SimJobState(JobState):
         if productive <= 0.0:
             return 0.0
         gpu_s = productive * len(self.gpus)
+        if self.loss_log is not None:
+            self.loss_log.fold(Run(self.productive_from, self.done0, self.rate, self.work_s), self.clock.now)
         self._service0 = self.attained_service
         self._executed0 += productive
         self.done0 += self.rate * productive
@@ -197,6 +234,8 @@ def spec_for(job: TraceJob) -> JobSpec:
         fields["cpus"] = job.cpus
     if job.memory_gb is not None:
         fields["memory_gb"] = job.memory_gb
+    if job.loss_target is not None:
+        fields["loss_target"] = job.loss_target
     spec = JobSpec.__new__(JobSpec)
     object.__setattr__(spec, "__dict__", fields)
     object.__setattr__(spec, "__pydantic_fields_set__", _SPEC_FIELDS_SET)

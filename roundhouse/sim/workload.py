@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from roundhouse.sim.loss import LossCurve
 from schemas.job import JobClass
 
 
@@ -44,6 +45,10 @@ class TraceJob:
     """CPU cores the job needs (FitGpp's demand vector); None keeps ``JobSpec``'s default."""
     memory_gb: float | None = None
     """Host RAM in GiB the job needs; None keeps ``JobSpec``'s default."""
+    loss_curve: LossCurve | None = None
+    """The job's loss as a function of its progress (``roundhouse.sim.loss``); None: it reports none."""
+    loss_target: float | None = None
+    """The user's target loss (``JobSpec.loss_target``: Blox §5.3 termination, Hermes' goal)."""
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -54,6 +59,8 @@ class TraceJob:
             raise WorkloadError(f"job {self.index}: arrival must be >= 0, got {self.arrival_s}")
         if self.iterations is not None and self.iterations < 1:
             raise WorkloadError(f"job {self.index}: iterations must be >= 1, got {self.iterations}")
+        if self.loss_target is not None and not math.isfinite(self.loss_target):
+            raise WorkloadError(f"job {self.index}: loss_target must be a finite number, got {self.loss_target}")
         for name in ("cpus", "memory_gb"):
             value = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
