@@ -77,6 +77,8 @@ class FakeWorkers:
         self.max_concurrent_runs = 0
         self.silent: set[str] = set()
         """Nodes that answer nothing (cut off from the bus)."""
+        self.last_heartbeat_at: dict[str, float] = {}
+        """node id -> monotonic time its last heartbeat was published (what a lease TTL counts from)."""
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
@@ -110,6 +112,7 @@ class FakeWorkers:
         await self.bus.publish(NODE_HEARTBEAT, NodeHeartbeat(
             node_id=node_id, incarnation=node.incarnation, seq=node.seq, epoch_seen=node.epoch_seen, leases=leases,
         ))  # fmt: skip
+        self.last_heartbeat_at[node_id] = time.monotonic()
 
     async def _beat(self, interval: float) -> None:
         while True:

@@ -374,9 +374,10 @@ async def test_a_silent_node_keeps_its_gpus_until_the_lease_ttl_has_passed(
         await wait_for(lambda: "b" in running_jobs(s), what="b running")
         await c.submit("c", spec("c"))
         workers.silent.add(node)
-        silent_at = time.monotonic()
         await wait_for(lambda: s.book.jobs["a"].state.status is JobStatus.QUEUED, timeout_s=5, what="a requeued")
-        assert time.monotonic() - silent_at >= ttl - 0.15  # its last heartbeat was <= 0.1 s before
+        # The TTL counts from the last heartbeat the scheduler received, never earlier than its publication
+        # (on a loaded machine that heartbeat may be well before the node fell silent).
+        assert time.monotonic() - workers.last_heartbeat_at[node] >= ttl
         assert not s.inventory.is_live(node)
         # Nobody was granted the silent node's GPU meanwhile.
         assert [n for cmd, _, n, _ in workers.log if cmd == "grant" and n == node] == [node]
