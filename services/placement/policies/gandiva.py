@@ -14,7 +14,12 @@ oversubscribed server; its introspective mode then packs, migrates and grows job
    (the fragmented allocation of Algorithm 1's last lines); (e) oversubscription: the server of the
    same affinity (else any server large enough) with the lowest *height* ``ceil(M / N)`` (``M``
    GPUs homed, ``N`` GPUs), if that stays within ``max_height``, on its least-shared GPUs. A job
-   that gets none waits. Jobs wider than a server use (d) only.
+   that gets none waits. Jobs wider than a server use (d) only. A *waiting* job whose home shares
+   a GPU with another home (it is being time-sliced) is re-homed by (a)-(d), never (e), as soon as
+   unhomed GPUs can take it: suspend-resume is "only used when the height of a server exceeds one",
+   and a job that cannot run where it is "will be migrated to another server, if feasible". Without
+   this a job homed while the cluster was full kept waiting for its shared GPU after others had
+   become free (found in the simulator: GPUs idle in most rounds of an overload run).
 2. **Migration for defragmentation.** While some non-idle server has at least ``defrag_threshold``
    unhomed GPUs, take the one with the most, and move all its jobs to other servers with fewer
    unhomed GPUs that can take them without oversubscription (best fit); if not all can move,
@@ -120,12 +125,34 @@ class Gandiva:
         live = {j: job for j, job in jobs.items() if j not in terminate}
         self._observe(live, cluster)
         home = self._refresh_homes(live)
+        shares = [0] * cluster.total_gpus
+        for homed in home.values():
+            for g in homed:
+                shares[g] += 1
+        unhomed = shares.count(0)
         for job_id in ranking.order:
             job = live.get(job_id)
-            if job is not None and job_id not in home:
+            if job is None:
+                continue
+            old = home.get(job_id)
+            if old is None:
                 gpus = self._allocate(job, home, cluster)
-                if gpus is not None:
-                    home[job_id] = gpus
+            elif (
+                not job.is_running and unhomed >= len(old) and any(shares[g] > 1 for g in old)
+            ):  # time-sliced while GPUs are free: move it there (a resume elsewhere costs no more)
+                gpus = self._allocate(job, {j: h for j, h in home.items() if j != job_id}, cluster,
+                                      oversubscribe=False)
+            else:
+                continue
+            if gpus is None:
+                continue
+            for g in old or ():
+                shares[g] -= 1
+                unhomed += shares[g] == 0
+            for g in gpus:
+                unhomed -= shares[g] == 0
+                shares[g] += 1
+            home[job_id] = gpus
         if self.defrag_threshold is not None:
             self._defragment(home, live, cluster)
         self._home = home
@@ -184,7 +211,8 @@ class Gandiva:
         return home
 
     def _allocate(
-        self, job: JobState, home: Mapping[str, tuple[int, ...]], cluster: ClusterState
+        self, job: JobState, home: Mapping[str, tuple[int, ...]], cluster: ClusterState, *,
+        oversubscribe: bool = True,
     ) -> tuple[int, ...] | None:
         need = job.spec.gpus
         view = _ServerView(home, cluster)
@@ -202,7 +230,7 @@ class Gandiva:
                 best = min(fits, key=lambda s: (len(view.free[s]), s))
                 return view.take_free(best, need)
         spread = view.take_spread(need)
-        if spread is not None or need > cluster.largest_node_gpus:
+        if spread is not None or need > cluster.largest_node_gpus or not oversubscribe:
             return spread
         big = [s for s in servers if len(view.gpus[s]) >= need]
         same_aff = [s for s in big if view.affinity(s) == need]

@@ -52,6 +52,26 @@ def test_oversubscription_time_slices_the_server() -> None:
     assert alloc2 == {"a": (0, 1), "b": (2, 3)}
 
 
+def test_a_time_sliced_job_moves_to_a_gpu_that_became_free() -> None:
+    # round 1: four jobs fill the server, e is homed on GPU 0 with a and, ranked first, runs there
+    running = [job("a", on=(0,)), job("b", on=(1,), seq=1), job("c", on=(2,), seq=2), job("d", on=(3,), seq=3)]
+    e = job("e", seq=4)
+    policy = PLACEMENT.create("gandiva", defrag_threshold=None)
+    first = policy.place(Ranking(order=("e", "a", "b", "c", "d")), jobs_of(*running, e), cluster(1, 4, running=running),
+                         0.0)
+    assert allocation(first) == {"e": (0,), "b": (1,), "c": (2,), "d": (3,)}
+    # round 2: d has finished; a waits for GPU 0 (shared with e) while GPU 3 is free: a moves there
+    e_running = job("e", on=(0,), seq=4)
+    now_running = [e_running, running[1], running[2]]
+    items = [job("a"), *now_running]
+    second = policy.place(Ranking(order=("b", "c", "e", "a")), jobs_of(*items), cluster(1, 4, running=now_running),
+                          60.0)
+    assert allocation(second) == {"a": (3,), "b": (1,), "c": (2,), "e": (0,)}
+    assert policy.homes["a"] == (3,)
+    # a job that runs keeps its home even if shared (moving it would be a migration, not a resume)
+    assert policy.homes["e"] == (0,)
+
+
 def test_max_height_1_disables_oversubscription() -> None:
     items = [*OVERSUBSCRIBED, job("c", gpus=2, seq=2)]
     policy, alloc, _ = place(items, ["c", "a", "b"], cluster(1, 4, running=OVERSUBSCRIBED), max_height=1)
