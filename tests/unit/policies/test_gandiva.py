@@ -72,6 +72,21 @@ def test_a_time_sliced_job_moves_to_a_gpu_that_became_free() -> None:
     assert policy.homes["e"] == (0,)
 
 
+def test_a_job_wider_than_a_server_is_oversubscribed_across_servers() -> None:
+    # two full 4-GPU servers; an 8-GPU job is homed on both (height 2) and, ranked first, runs
+    running = [job(f"r{g}", on=(g,), seq=g) for g in range(8)]
+    items = [*running, job("w", gpus=8, seq=8)]
+    order = ["w", *(f"r{g}" for g in range(8))]
+    policy, alloc, suspended = place(items, order, cluster(2, 4, running=running))
+    assert policy.homes["w"] == tuple(range(8))
+    assert alloc == {"w": tuple(range(8))}
+    assert len(suspended) == 8
+    # with max_height 1 it waits, as before
+    policy1, alloc1, _ = place(items, order, cluster(2, 4, running=running), max_height=1)
+    assert "w" not in policy1.homes
+    assert "w" not in alloc1
+
+
 def test_max_height_1_disables_oversubscription() -> None:
     items = [*OVERSUBSCRIBED, job("c", gpus=2, seq=2)]
     policy, alloc, _ = place(items, ["c", "a", "b"], cluster(1, 4, running=OVERSUBSCRIBED), max_height=1)
