@@ -30,8 +30,10 @@ Choices where Blox is silent, and why:
 * **Several seeds** in the full runs: at 8 jobs/h this workload offers about 1.05x the cluster's
   capacity (mean duration ~16.8 h x 8 jobs/h = ~134 busy GPUs of 128), so the queue never
   settles and one seed's tracked window depends a lot on when its few week-long jobs arrived.
-  Full runs average each policy's avg JCT (and responsiveness) over ``SEEDS`` seeds (the same
-  seeds for every policy, so each comparison is paired), and the details keep every seed.
+  Full ``blox-admission`` and ``blox-loss-termination`` runs average each policy's avg JCT (and
+  responsiveness) over ``SEEDS`` seeds (the same seeds for every policy, so each comparison is
+  paired), and the details keep every seed. ``blox-policies`` (27 cases, the slowest at 8-9 jobs/h)
+  runs one seed, ``--seed``, as Blox's figures show one run per point.
 * **A time cap** for ``blox-policies``: above ~7.6 jobs/h the offered load exceeds capacity, and
   Optimus (shortest remaining time first, preemptive) starves the longest jobs for as long as
   shorter ones keep arriving, so a run that waits for every tracked job may never end. Each case
