@@ -74,6 +74,46 @@ async def wait_for_consumer(bus: Bus, durable: str, timeout_s: float = 60.0) -> 
             await asyncio.sleep(0.05)
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds ``pid`` has used so far (Linux ``/proc``; None elsewhere)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # Fields 14 and 15 of stat(5) (utime, stime), counted after the ")" closing the command name.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds per process between ``start()`` and ``stop()``: per job, steadier than a wall
+    rate on a shared machine (other processes' load changes the rate, not this process's cost)."""
+
+    def __init__(self, pids: dict[str, int | None]) -> None:
+        self.pids = pids
+        self._start: dict[str, float | None] = {}
+        self.used: dict[str, float] = {}
+
+    def start(self) -> None:
+        self._start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self._start["submitter"] = time.process_time()
+
+    def stop(self) -> None:
+        end = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        end["submitter"] = time.process_time()
+        self.used = {
+            name: e - b for name, e in end.items() if (b := self._start.get(name)) is not None and e is not None
+        }
+
+    def per_job_ms(self, jobs: int) -> dict[str, float]:
+        out = {name: round(1000 * used / jobs, 3) for name, used in self.used.items()}
+        if out:
+            out["services"] = round(sum(v for k, v in out.items() if k not in ("submitter", "nats-server")), 3)
+            out["total"] = round(sum(v for k, v in out.items() if k != "services"), 3)
+        return out
+
+
 async def start_child(module: str, url: str, namespace: str, *extra: str) -> asyncio.subprocess.Process:
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path}
@@ -103,16 +143,20 @@ async def ceiling(url: str, jobs: int, chunk: int) -> float:
         await bus.close()
 
 
-async def measure(url: str, jobs: int, chunk: int, *, with_scheduler: bool, data_dir: Path) -> dict[str, Any]:
+async def measure(
+    url: str, jobs: int, chunk: int, *, with_scheduler: bool, data_dir: Path, broker_pid: int | None = None
+) -> dict[str, Any]:
     namespace = f"s{uuid.uuid4().hex[:8]}"
     bus = await Bus.connect(url, name="bench-submitter", options=BusOptions(namespace=namespace))
-    children = [await start_child("services.admission", url, namespace, "--policy", "accept-all")]
+    named = {"admission": await start_child("services.admission", url, namespace, "--policy", "accept-all")}
     if with_scheduler:
         # The scheduler's arrival-triggered rounds wait for placement's plan, so run it too.
-        children.append(await start_child("services.placement", url, namespace))
-        children.append(await start_child(
+        named["placement"] = await start_child("services.placement", url, namespace)
+        named["scheduler"] = await start_child(
             "services.scheduler", url, namespace, "--db", str(data_dir / "store"), "--round-s", "3600",
-        ))  # fmt: skip
+        )  # fmt: skip
+    children = list(named.values())
+    meter = CpuMeter({"nats-server": broker_pid, **{name: child.pid for name, child in named.items()}})
     try:
         await wait_for_consumer(bus, "admission")
         if with_scheduler:
@@ -133,6 +177,7 @@ async def measure(url: str, jobs: int, chunk: int, *, with_scheduler: bool, data
         sub._pending_bytes_limit = -1
         await bus.nc.flush()
         events = arrivals(jobs)
+        meter.start()
         start = time.perf_counter()
         published_s = await publish(bus, events, chunk)
         await asyncio.wait_for(all_accepted.wait(), 600)
@@ -148,6 +193,8 @@ async def measure(url: str, jobs: int, chunk: int, *, with_scheduler: bool, data
                     break
                 await asyncio.sleep(0.01)
             result["persisted_per_s"] = round(jobs / (time.perf_counter() - start))
+        meter.stop()
+        result["cpu_ms_per_job"] = meter.per_job_ms(jobs)
         return result
     finally:
         for child in reversed(children):
@@ -158,7 +205,9 @@ async def measure(url: str, jobs: int, chunk: int, *, with_scheduler: bool, data
 async def run(jobs: int, chunk: int, *, with_scheduler: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, Broker(Path(tmp) / "nats") as broker:
         roof = await ceiling(broker.url, jobs, chunk)
-        measured = await measure(broker.url, jobs, chunk, with_scheduler=with_scheduler, data_dir=Path(tmp))
+        measured = await measure(
+            broker.url, jobs, chunk, with_scheduler=with_scheduler, data_dir=Path(tmp), broker_pid=broker.pid
+        )
     end_to_end = measured.get("persisted_per_s", measured["accepted_per_s"])
     return {
         "jobs": jobs,

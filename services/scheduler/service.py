@@ -199,7 +199,6 @@ class SchedulerService(RoundhouseService):
         """job.arrived commits queued but not landed yet, by job id."""
         self._missing_since: dict[str, float] = {}
         """Leases a node's heartbeats stopped listing, with the first such heartbeat's time."""
-        """job.arrived commits queued but not landed yet, by job id."""
         self._term: _Term | None = None
         self._round_no = 0
         self._topology: Topology | None = None
@@ -374,7 +373,7 @@ class SchedulerService(RoundhouseService):
         consumer: str,
         on_conflict: Callable[[], None] | None = None,
         after: Callable[[], None] | None = None,
-    ) -> Awaitable[None] | None:
+    ) -> asyncio.Future[None] | None:
         """Queue ``change`` as an applied event now and return its commit, to be awaited later.
 
         The consumer runs the next handlers before awaiting it, so a fetched batch of independent
@@ -389,33 +388,34 @@ class SchedulerService(RoundhouseService):
         future = self.store.apply_event_nowait(
             str(event_id), self.bus.name(consumer) if self.bus else consumer, change.ops
         )
+        # The commit the consumer awaits is a plain future settled by the store's done-callback, not a
+        # coroutine wrapped in a task: this runs once per arrival and acceptance, and a task per
+        # message (its creation, scheduling and registration) cost more than the callback's work.
+        settled: asyncio.Future[None] = future.get_loop().create_future()
 
         def landed(done: asyncio.Future[bool]) -> None:
-            if done.cancelled() or done.exception() is not None:
+            if done.cancelled():
+                settled.cancel()
                 return
-            if done.result():
-                change.commit()
-                if change.released and self._term is not None:
-                    self._term.executor.released(change.released)
-            if after is not None:
-                after()
+            exc = done.exception()
+            if exc is None:
+                if done.result():
+                    change.commit()
+                    if change.released and self._term is not None:
+                        self._term.executor.released(change.released)
+                if after is not None:
+                    after()
+                settled.set_result(None)
+            elif isinstance(exc, ConstraintViolationError) and on_conflict is not None:
+                on_conflict()
+                settled.set_result(None)
+            else:
+                if isinstance(exc, StaleWriteError) and self._term is not None:
+                    self._spawn(self._term, self._step_down(exc), "step-down")
+                settled.set_exception(exc)
 
         future.add_done_callback(landed)
-
-        async def settle() -> None:
-            try:
-                await future
-            except ConstraintViolationError:
-                if on_conflict is None:
-                    raise
-                on_conflict()
-            except StaleWriteError as exc:
-                term = self._term
-                if term is not None:
-                    self._spawn(term, self._step_down(exc), "step-down")
-                raise
-
-        return settle()
+        return settled
 
     async def _requeue_orphans(self, job_ids: list[str]) -> None:
         now = time.time()
@@ -462,16 +462,15 @@ class SchedulerService(RoundhouseService):
             )
             if pending is not None:
                 # job.accepted is consumed concurrently and may overtake this commit: let it wait.
-                landing = asyncio.ensure_future(pending)
-                self._arriving[event.job_id] = landing
-                landing.add_done_callback(lambda _: self._arriving.pop(event.job_id, None))
-                return landing
-            return None
+                job_id = event.job_id
+                self._arriving[job_id] = pending
+                pending.add_done_callback(lambda _: self._arriving.pop(job_id, None))
+            return pending
 
     async def _on_accepted(self, event: JobAccepted) -> Awaitable[None] | None:
         assert self.store is not None
         landing = self._arriving.get(event.job_id)
-        if landing is not None:
+        if landing is not None and not landing.done():
             await asyncio.wait([landing])  # its job.arrived is committing right now
         async with self._lock:
             if self.book.entry(event.job_id) is None and await self.store.get_job(event.job_id) is not None:
@@ -1034,4 +1033,3 @@ class SchedulerService(RoundhouseService):
             resume_iteration=state.iterations_done if entry.checkpoint_path else None,
             attempt=state.preemptions + 1,
         )  # fmt: skip
-

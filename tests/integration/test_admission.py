@@ -212,3 +212,38 @@ async def test_runs_as_a_child_process_and_stops_on_sigterm(
 def test_a_policy_that_cannot_be_built_is_a_configuration_error(settings: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         AdmissionConfig(**settings)
+
+
+def test_verdict_event_ids_are_uuid5_of_the_arrival_and_verdict() -> None:
+    from services.admission.service import _VERDICT_IDS, verdict_event_id
+
+    arrival = uuid.uuid4()
+    for verdict in ("accepted", "held", "rejected"):
+        expected = uuid.uuid5(_VERDICT_IDS, f"{arrival}:{verdict}")
+        assert verdict_event_id(arrival, verdict) == expected
+        assert verdict_event_id(arrival, verdict).version == 5
+
+
+async def test_outbox_confirms_every_verdict_and_republishes_one_whose_ack_never_came(bus: Bus) -> None:
+    from services.admission.outbox import VerdictOutbox
+
+    outbox = VerdictOutbox(bus, ack_timeout_s=0.3)
+    await outbox.start()
+    accepted = [JobAccepted(job_id=f"j{i}", policy="accept-all") for i in range(50)]
+    try:
+        for event in accepted[:40]:
+            await outbox.send("job.accepted", event)
+        await asyncio.wait_for(outbox.flush(), 10)
+        assert (outbox.sent, outbox.confirmed, outbox.retried, outbox.in_flight) == (40, 40, 0, 0)
+        # Acks lost (as in a disconnect): every later verdict is republished once its time-out passed.
+        outbox._prefix = "_INBOX.nobody-listens."
+        for event in accepted[40:]:
+            await outbox.send("job.accepted", event)
+        assert outbox.in_flight == 10
+        await asyncio.wait_for(outbox.flush(), 10)
+        assert (outbox.sent, outbox.confirmed, outbox.retried, outbox.in_flight) == (50, 50, 10, 0)
+    finally:
+        await outbox.stop(1.0)
+    info = await bus.js.stream_info(bus.stream_name, subjects_filter=bus.wire("job.accepted"))
+    # Republished with the same Nats-Msg-Id: stored once each.
+    assert info.state.messages == 50
