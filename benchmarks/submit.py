@@ -144,7 +144,14 @@ async def ceiling(url: str, jobs: int, chunk: int) -> float:
 
 
 async def measure(
-    url: str, jobs: int, chunk: int, *, with_scheduler: bool, data_dir: Path, broker_pid: int | None = None
+    url: str,
+    jobs: int,
+    chunk: int,
+    *,
+    with_scheduler: bool,
+    data_dir: Path,
+    broker_pid: int | None = None,
+    policy: str = "las",
 ) -> dict[str, Any]:
     namespace = f"s{uuid.uuid4().hex[:8]}"
     bus = await Bus.connect(url, name="bench-submitter", options=BusOptions(namespace=namespace))
@@ -154,6 +161,7 @@ async def measure(
         named["placement"] = await start_child("services.placement", url, namespace)
         named["scheduler"] = await start_child(
             "services.scheduler", url, namespace, "--db", str(data_dir / "store"), "--round-s", "3600",
+            "--policy", policy,
         )  # fmt: skip
     children = list(named.values())
     meter = CpuMeter({"nats-server": broker_pid, **{name: child.pid for name, child in named.items()}})
@@ -202,17 +210,19 @@ async def measure(
         await bus.close()
 
 
-async def run(jobs: int, chunk: int, *, with_scheduler: bool) -> dict[str, Any]:
+async def run(jobs: int, chunk: int, *, with_scheduler: bool, policy: str = "las") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, Broker(Path(tmp) / "nats") as broker:
         roof = await ceiling(broker.url, jobs, chunk)
         measured = await measure(
-            broker.url, jobs, chunk, with_scheduler=with_scheduler, data_dir=Path(tmp), broker_pid=broker.pid
-        )
+            broker.url, jobs, chunk, with_scheduler=with_scheduler, data_dir=Path(tmp), broker_pid=broker.pid,
+            policy=policy,
+        )  # fmt: skip
     end_to_end = measured.get("persisted_per_s", measured["accepted_per_s"])
     return {
         "jobs": jobs,
         "chunk": chunk,
         "scheduler": with_scheduler,
+        "policy": policy if with_scheduler else None,
         "publish_ceiling_per_s": round(roof),
         **measured,
         "end_to_end_vs_ceiling": round(end_to_end / roof, 3),
@@ -230,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--chunk", type=int, default=1000, help="arrivals per pipelined publish_many")
     parser.add_argument("--no-scheduler", action="store_true", help="measure admission only")
+    parser.add_argument(
+        "--policy", default="las", help="the scheduler's policy (las rounds on its timer only; srtf also on arrivals)"
+    )
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
     with_scheduler = not args.no_scheduler and scheduler_available()
@@ -237,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         print("services/scheduler/service.py not found: measuring until accepted only", file=sys.stderr)
     import uvloop
 
-    result = uvloop.run(run(args.jobs, args.chunk, with_scheduler=with_scheduler))
+    result = uvloop.run(run(args.jobs, args.chunk, with_scheduler=with_scheduler, policy=args.policy))
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:

@@ -12,7 +12,7 @@ event ids in the same transaction as their effect. What can never succeed is not
 The fetch loop survives disconnects and broker restarts: errors are logged and the loop waits and
 fetches again; the durable consumer itself lives on the server (file storage), so nothing is lost.
 
-Pulling (``_Puller``): the consumer sends JetStream's pull requests itself, each asking for up to
+Pulling (``Puller``): the consumer sends JetStream's pull requests itself, each asking for up to
 ``batch`` messages within ``fetch_timeout_s``, with a reply subject on its own inbox, and hands the
 handlers whatever has been delivered so far as soon as there is anything, while the same request
 keeps delivering into the buffer. nats-py's ``PullSubscription.fetch`` returns only once a lingering
@@ -81,7 +81,7 @@ class PullError(RuntimeError):
     """The server ended a pull request with an error status (e.g. 409 Consumer Deleted)."""
 
 
-class _Puller:
+class Puller:
     """JetStream pull requests for one durable consumer, answered on this consumer's own inbox.
 
     ``take`` works as nats-py's ``fetch`` does: a ``no_wait`` request first, which the server
@@ -248,11 +248,11 @@ class DurableConsumer(Generic[E]):
             deliver_policy=DeliverPolicy.NEW if self.options.deliver_new_only else DeliverPolicy.ALL,
             filter_subject=self.bus.wire(self.subject),
         )
-        # pull_subscribe creates (or finds) the durable consumer; messages are pulled by _Puller.
+        # pull_subscribe creates (or finds) the durable consumer; messages are pulled by Puller.
         self._sub = await self.bus.js.pull_subscribe(
             self.bus.wire(self.subject), durable=self.durable, stream=self.bus.stream_name, config=config
         )
-        self._puller = _Puller(
+        self._puller = Puller(
             self.bus.nc, self.bus.stream_name, self.durable,
             batch=self.options.batch, expires_s=self.options.fetch_timeout_s,
         )  # fmt: skip

@@ -35,6 +35,7 @@ from schemas.base import Event
 from schemas.codec import MalformedMessageError, decode
 from schemas.subjects import UnknownSubjectError
 from services.runtime.bus import Bus
+from services.runtime.consumer import Puller, PullError
 
 log = logging.getLogger("roundhouse.replay")
 
@@ -59,8 +60,8 @@ class ReaderStats:
 class _Reader:
     """One ephemeral pull consumer over ``subjects`` from a start sequence."""
 
-    def __init__(self, bus: Bus, subjects: Sequence[str], handler: EventHandler, stats: ReaderStats,
-                 batch: int) -> None:  # fmt: skip
+    def __init__(self, bus: Bus, subjects: Sequence[str], handler: EventHandler, stats: ReaderStats, *,
+                 batch: int, fetch_timeout_s: float) -> None:  # fmt: skip
         if not subjects:
             raise ValueError("a stream reader needs at least one subject")
         self.bus = bus
@@ -68,7 +69,9 @@ class _Reader:
         self.handler = handler
         self.stats = stats
         self.batch = batch
+        self.fetch_timeout_s = fetch_timeout_s
         self._sub: nats.js.JetStreamContext.PullSubscription | None = None
+        self._puller: Puller | None = None
 
     async def open(self, start_seq: int) -> None:
         """(Re)create the consumer so that its first message is ``start_seq`` (>= 1)."""
@@ -82,8 +85,17 @@ class _Reader:
             mem_storage=True,
         )
         self._sub = await self.bus.js.pull_subscribe(self.subjects[0], stream=self.bus.stream_name, config=config)
+        # Pulled with the durable consumers' own requests (consumer.py): nats-py's fetch costs two
+        # tasks and a uuid per message, and a view follows every job's arrival.
+        name = (await self._sub.consumer_info()).name
+        self._puller = Puller(self.bus.nc, self.bus.stream_name, name, batch=self.batch,
+                               expires_s=self.fetch_timeout_s)  # fmt: skip
+        await self._puller.start()
 
     async def close(self) -> None:
+        puller, self._puller = self._puller, None
+        if puller is not None:
+            await puller.stop()
         sub, self._sub = self._sub, None
         if sub is None:
             return
@@ -93,12 +105,14 @@ class _Reader:
         with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
             await sub.unsubscribe()
 
-    async def fetch(self, timeout_s: float) -> list[Msg]:
-        assert self._sub is not None, "open() first"
+    async def fetch(self) -> list[Msg]:
+        """The next batch (possibly empty after ``fetch_timeout_s``)."""
+        assert self._puller is not None, "open() first"
         try:
-            return await self._sub.fetch(self.batch, timeout=timeout_s)
-        except (TimeoutError, nats.errors.TimeoutError):
-            return []
+            return await self._puller.take()
+        except PullError as exc:
+            # The ephemeral consumer is gone (inactive too long, broker restarted): re-open.
+            raise nats.js.errors.NotFoundError(description=str(exc)) from exc
 
     async def pending(self) -> int:
         assert self._sub is not None, "open() first"
@@ -136,11 +150,11 @@ async def replay(bus: Bus, subjects: Sequence[str], handler: EventHandler, *, ba
     target = int(info.state.last_seq or 0)
     if target == 0:
         return 0
-    reader = _Reader(bus, subjects, handler, stats, batch)
+    reader = _Reader(bus, subjects, handler, stats, batch=batch, fetch_timeout_s=fetch_timeout_s)
     await reader.open(1)
     try:
         while True:
-            msgs = await reader.fetch(fetch_timeout_s)
+            msgs = await reader.fetch()
             if not msgs:
                 if await reader.pending() == 0:
                     return target  # nothing left that matches
@@ -163,9 +177,8 @@ class StreamFollower:
     def __init__(self, bus: Bus, subjects: Sequence[str], handler: EventHandler, *, start_seq: int,
                  batch: int = 1024, fetch_timeout_s: float = 1.0, name: str = "follower") -> None:  # fmt: skip
         self.stats = ReaderStats(last_seq=max(0, start_seq - 1))
-        self._reader = _Reader(bus, subjects, handler, self.stats, batch)
+        self._reader = _Reader(bus, subjects, handler, self.stats, batch=batch, fetch_timeout_s=fetch_timeout_s)
         self._bus = bus
-        self._fetch_timeout_s = fetch_timeout_s
         self._name = name
         self._reopen = False
         self._task: asyncio.Task[None] | None = None
@@ -187,7 +200,7 @@ class StreamFollower:
                     self._reopen = False
                     await self._reader.open(self.stats.last_seq + 1)
                     self.stats.restarts += 1
-                msgs = await self._reader.fetch(self._fetch_timeout_s)
+                msgs = await self._reader.fetch()
             except (nats.errors.Error, nats.js.errors.Error, OSError) as exc:
                 self.stats.fetch_errors += 1
                 log.warning("%s: fetch failed, re-creating its consumer: %r", self._name, exc)
