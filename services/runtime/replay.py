@@ -57,6 +57,24 @@ class ReaderStats:
     """Stream sequence of the last message read (handled or skipped)."""
 
 
+def stream_seq(msg: Msg) -> int:
+    """The stream sequence of a delivered JetStream message, read off its ack subject.
+
+    ``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ts>.<pending>``, or the
+    newer form with domain and account hash in front (12 tokens or more). ``Msg.metadata`` parses
+    every field into dataclasses on each access: a tenth of a view's CPU when it follows every
+    arrival. Anything else falls back to it.
+    """
+    reply = msg.reply
+    tokens = reply.split(".")
+    if tokens[0] == "$JS" and tokens[1] == "ACK":
+        if len(tokens) == 9:
+            return int(tokens[5])
+        if len(tokens) >= 12:
+            return int(tokens[7])
+    return int(msg.metadata.sequence.stream)
+
+
 class _Reader:
     """One ephemeral pull consumer over ``subjects`` from a start sequence."""
 
@@ -210,7 +228,7 @@ class StreamFollower:
                 continue
             backoff = 0.05
             for msg in msgs:
-                seq = msg.metadata.sequence.stream
+                seq = stream_seq(msg)
                 if seq <= self.stats.last_seq:
                     continue  # already handled before a re-open
                 await self._reader.handle(msg, seq)
