@@ -44,7 +44,10 @@ Workload, per model, bin type and repetition (a seeded ``random.Random``):
   restore in GoogleNet's ratio. No other relaunch cost (§3.4: a sub-process respawn, < 0.2 s).
 
 Metric: per bin type, the mean over repetitions of the average time-to-goal (bin type 1: the 4
-good jobs; bin type 2: the first 4 good jobs to get there, Fig. 6); the speedup of a bin type is
+good jobs; bin type 2: its top 4 jobs, the four good combinations with the lowest final loss, as
+Fig. 6 asks "how effectively Hermes can uncover the best performing combinations among multiple
+good performing ones"; the details also give the mean of the first 4 good jobs to get there and of
+all 12); the speedup of a bin type is
 the best (lowest) baseline's time over Hermes'; a model's speedup is the mean of its two bin
 types' (the paper's "average speedup"; it does not say over what it averages, so the details also
 give the speedup over the mean of the three baselines). Repetitions: 5 (the paper's "averages of
@@ -101,7 +104,7 @@ NODES = 4
 JOBS_PER_BIN = 16
 GOOD_PER_BIN = {1: 4, 2: 12}
 TOP = 4
-"""Bin type 2 is measured on its first 4 good jobs to reach the goal (Fig. 6)."""
+"""Bin type 2 is measured on its 4 best combinations (lowest final loss; Fig. 6)."""
 INITIAL_LOSS = 6.907755278982137  # ln(1000)
 OPTIMUM = INITIAL_LOSS / 2
 NOISE = 0.02
@@ -119,16 +122,17 @@ BASELINES = ("fifo", "rr", "slaq")
 PAPER_BIN2_SPEEDUP = 2.68
 """§4.2 on bin type 2 (Fig. 6): "the resulting average speedup is 2.68"."""
 MEAN_NOTE = (
-    "ours is well below the paper's: Hermes must run every job for one quantum before Eq. 4 can rank it "
-    "(4 jobs per GPU: 30 s of exploration before it exploits the best), which FIFO, when a good job happens "
-    "to come first on its GPU, does not pay; and in bin type 2 it time-shares the good jobs (bin type 2 note). "
-    "Without noise, with free preemption, with the literal Algorithm 3, without milestones or with flatter "
-    "slow curves the mean stays within 1.1-1.25x (docs/reproductions.md)"
+    "ours is about half the paper's: Hermes must run every job for one quantum before Eq. 4 can rank it "
+    "(4 jobs per GPU: 30 s of exploration before it exploits the best), which FIFO does not pay when a good "
+    "job happens to come first on its GPU, and once the good job's curve flattens its C falls below the C "
+    "other jobs showed in their first quantum, so it yields its GPU before reaching the goal. Without noise, "
+    "with free preemption, with the literal Algorithm 3, without milestones or with flatter slow curves the "
+    "mean over seeds 0-2 stays within 1.3-1.5x (docs/reproductions.md)"
 )
 BIN2_NOTE = (
     "with most jobs good, Hermes shares each GPU among its good jobs: a running job's C (Eq. 3, its "
     "current, flattening slope) falls below the C the waiting good jobs showed in their first quantum "
-    "(Eq. 4, the steep start), so at each quantum end it yields; the first good jobs reach the goal later "
+    "(Eq. 4, the steep start), so at each quantum end it yields, and the best jobs reach the goal later "
     "than under FIFO, which runs one job per GPU to the end"
 )
 
@@ -185,15 +189,24 @@ def run_one(run: Run) -> dict[str, Any]:
     )
     out = sim.run()
     good = [i for i, kind in enumerate(kinds) if kind != "slow"]
-    reached = sorted(out.loss_reached[i] for i in good if i in out.loss_reached)
-    if len(reached) != len(good):
-        raise RuntimeError(f"{run}: only {len(reached)} of {len(good)} good jobs reached the goal")
-    metric = statistics.fmean(reached) if run.bin_type == 1 else statistics.fmean(reached[:TOP])
+    missing = [i for i in good if i not in out.loss_reached]
+    if missing:
+        raise RuntimeError(f"{run}: good jobs {missing} never reached the goal")
+    reached = sorted(out.loss_reached[i] for i in good)
+    best = sorted(good, key=lambda i: (_final_loss(jobs[i]), i))[:TOP]
+    top = statistics.fmean(out.loss_reached[i] for i in best)
+    metric = statistics.fmean(reached) if run.bin_type == 1 else top
     return {
         "model": run.model, "bin_type": run.bin_type, "repetition": run.repetition, "policy": run.policy,
         "time_to_goal_s": metric, "all_good_mean_s": statistics.fmean(reached),
+        "first4_mean_s": statistics.fmean(reached[:TOP]), "top4_mean_s": top,
         "makespan_s": out.end_time, "preemptions": out.all_preemptions, "lost_gpu_s": out.all_lost_gpu_s,
     }
+
+
+def _final_loss(job: TraceJob) -> float:
+    assert job.loss_curve is not None
+    return job.loss_curve.smooth(1.0)
 
 
 def _runs(options: Options) -> list[Run]:
@@ -223,13 +236,9 @@ def run(options: Options) -> ReproResult:
         best_speedups: list[float] = []
         mean_speedups: list[float] = []
         for bin_type in GOOD_PER_BIN:
-            times = {
-                policy: statistics.fmean(
-                    r["time_to_goal_s"] for r in rows
-                    if r["model"] == model.name and r["bin_type"] == bin_type and r["policy"] == policy
-                )
-                for policy in POLICIES
-            }
+            cell = [r for r in rows if r["model"] == model.name and r["bin_type"] == bin_type]
+            times = {p: statistics.fmean(r["time_to_goal_s"] for r in cell if r["policy"] == p) for p in POLICIES}
+            first4 = {p: statistics.fmean(r["first4_mean_s"] for r in cell if r["policy"] == p) for p in POLICIES}
             best = min(BASELINES, key=lambda p: times[p])
             best_speedups.append(times[best] / times["hermes"])
             mean_speedups.append(statistics.fmean(times[p] for p in BASELINES) / times["hermes"])
@@ -238,6 +247,8 @@ def run(options: Options) -> ReproResult:
                 "best_baseline": best,
                 "speedup_vs_best": round(best_speedups[-1], 3),
                 "speedup_vs_mean_baseline": round(mean_speedups[-1], 3),
+                "first4_time_to_goal_s": {p: round(t, 2) for p, t in first4.items()},
+                "first4_speedup_vs_best": round(min(first4[p] for p in BASELINES) / first4["hermes"], 3),
             }
         speedup = statistics.fmean(best_speedups)
         speedups.append(speedup)

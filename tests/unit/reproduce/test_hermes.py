@@ -51,10 +51,15 @@ def test_quick_run(tmp_path: Path) -> None:
             assert set(times) == set(POLICIES)
             # a good job cannot reach its goal before it has done a fifth of its work alone
             assert all(t >= 0.2 * model.duration_s for t in times.values())
+            assert set(detail[f"bin{bin_type}"]["first4_time_to_goal_s"]) == set(POLICIES)
     assert metrics["speedup_bin2"]["paper"] == 2.68
     assert metrics["speedup_bin1"]["paper"] is None
     runs = report["details"]["runs"]
     assert len(runs) == len(MODELS) * len(GOOD_PER_BIN) * len(POLICIES) * report["details"]["repetitions"]
+    for r in runs:
+        # bin type 1 averages all 4 good jobs, bin type 2 its 4 best; the first 4 to get there are never later
+        assert r["time_to_goal_s"] == (r["all_good_mean_s"] if r["bin_type"] == 1 else r["top4_mean_s"])
+        assert r["first4_mean_s"] <= r["top4_mean_s"] + 1e-9
     assert all(r["preemptions"] == 0 for r in runs if r["policy"] == "fifo")
     assert all(r["preemptions"] > 0 for r in runs if r["policy"] == "hermes")
     # what the quick seed honestly shows: Hermes wins clearly where few combinations are good (bin 1)
