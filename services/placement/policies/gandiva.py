@@ -133,13 +133,19 @@ class Gandiva:
             for g in homed:
                 shares[g] += 1
         unhomed = shares.count(0)
+        failed: set[int] = set()  # GPU counts that got no home since homes last changed (same answer)
         for job_id in ranking.order:
             job = live.get(job_id)
             if job is None:
                 continue
             old = home.get(job_id)
             if old is None:
+                need = job.spec.gpus
+                if need in failed:
+                    continue  # under overload most waiting jobs fail: one attempt per size, not per job
                 gpus = self._allocate(job, home, cluster)
+                if gpus is None:
+                    failed.add(need)
             elif (
                 not job.is_running and unhomed >= len(old) and any(shares[g] > 1 for g in old)
             ):  # time-sliced while GPUs are free: move it there (a resume elsewhere costs no more)
@@ -156,6 +162,7 @@ class Gandiva:
                 unhomed -= shares[g] == 0
                 shares[g] += 1
             home[job_id] = gpus
+            failed.clear()
         if self.defrag_threshold is not None:
             self._defragment(home, live, cluster)
         self._home = home
