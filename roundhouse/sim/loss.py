@@ -30,8 +30,8 @@ that good combinations converge quickly early, which Hermes exploits.
 Sampling (``roundhouse.sim.jobs``): a running job reports one loss every ``sample_s`` seconds of
 productive time (default 1 s: a client reporting every few iterations; two 10 s Hermes quanta hold
 20 samples), and ``JobState.loss_history`` keeps at most ``HISTORY_LIMIT`` samples, as the live
-metrics service does: the newest, plus those of the job's first ``HEAD_WINDOW_S`` of samples
-(Hermes measures its milestones against its first quantum).
+metrics service does: the newest, plus those taken within ``HEAD_WINDOW_S`` of the job's first
+sample (Hermes measures its milestones against its first quantum).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ class LossLog:
     samples of finished runs are folded in when a run ends (``fold``); those of the current run
     are computed on demand (``view``), so the history is exact at any ``now`` with no per-round
     work. Bounded like the live metrics service (module docstring): the newest ``HISTORY_LIMIT``
-    samples plus up to a quarter of that from the job's first ``HEAD_WINDOW_S`` of samples.
+    samples plus up to a quarter of that from within ``HEAD_WINDOW_S`` of the job's first sample.
     """
 
     __slots__ = ("_key", "_view", "count", "curve", "first_t", "head", "head_done", "reached_at", "tail",

@@ -223,3 +223,34 @@ def test_hermes_runs_quantum_rounds_and_favours_fast_converging_jobs() -> None:
         assert sorted(out.loss_reached) == [i for i, kind in enumerate(kinds) if kind == "fast"]
         results[name] = sum(out.loss_reached.values()) / len(out.loss_reached)
     assert results["hermes"] < results["rr"]
+
+
+def test_loss_log_folds_runs_and_finds_the_target_in_a_later_run() -> None:
+    """Direct ``LossLog`` use: a 4 s run, a pause, then a long run; the view at any time equals the
+    bounded list of every sample so far (the head: samples within 10 s of the first one), and the
+    target's time is exact even though it is crossed in the second run."""
+    from roundhouse.sim.loss import LossLog, Run
+
+    curve = LossCurve(initial=7.0, floor=2.0, decay=3.0)
+    target_p = 0.5
+    log = LossLog(curve, curve.smooth(target_p))
+    work = 1000.0
+    first = Run(t0=0.0, done0=0.0, rate=1.0, work=work)
+    log.fold(first, 4.5)
+    assert log.reached_at is None
+    second = Run(t0=100.0, done0=4.5, rate=2.0, work=work)
+    every = [(float(k), curve.at(k / work)) for k in range(1, 5)]
+    for now in (100.0, 103.0, 150.0, 400.0):
+        every_now = every + [(100.0 + k, curve.at((4.5 + 2.0 * k) / work)) for k in range(1, int(now - 100.0) + 1)]
+        view = log.view(second, now, version=int(now), running=True)
+        if len(every_now) <= HISTORY_LIMIT:
+            assert view == every_now
+        else:
+            head = [s for s in every_now[: HISTORY_LIMIT // 4] if s[0] < 1.0 + HEAD_WINDOW_S]
+            assert view == head + every_now[len(every_now) - (HISTORY_LIMIT - len(head)):]
+            assert [t for t, _ in head] == [1.0, 2.0, 3.0, 4.0]  # within 10 s of the first sample, by the clock
+    assert log.view(second, 400.0, version=400, running=True) is log.view(second, 400.0, version=400, running=True)
+    log.fold(second, 400.0)
+    assert log.reached_at == pytest.approx(100.0 + (target_p * work - 4.5) / 2.0)
+    assert log.count == 4 + 300
+    assert len(log.view(second, 400.0, version=401, running=False)) == HISTORY_LIMIT
