@@ -291,9 +291,16 @@ async def _run_prune(conn: AsyncConnection, st: Statements, rows: list[RowTuple]
         await conn.execute(stmt)
 
 
+_update_columns: dict[tuple[str, ...], tuple[str, ...]] = {}
+"""The columns an update sets, in ``JOB_COLUMNS`` order, by the keys of its changes as given."""
+
+
 def _compile_update(op: UpdateJob) -> Step:
     values = changes_to_row(op.job_id, op.changes)
-    columns = tuple(c for c in JOB_COLUMNS if c in values)
+    given = tuple(values)
+    columns = _update_columns.get(given)
+    if columns is None:
+        columns = _update_columns[given] = tuple(c for c in JOB_COLUMNS if c in values)
     checked = op.expected_version is not None
     row: RowTuple = (*(values[c] for c in columns), op.job_id, *((op.expected_version,) if checked else ()))
     key = (columns, checked)
