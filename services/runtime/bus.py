@@ -280,17 +280,20 @@ class Bus:
                 await self.nc.publish(wire, encode(event))
             self.stats.published += len(events)
             return
+        wire = self.wire(subject)
         futures = [
-            (event, await self.js.publish_async(
-                self.wire(subject), encode(event), headers={MSG_ID_HEADER: str(event.event_id)}
-            ))
+            (event, await self.js.publish_async(wire, encode(event), headers={MSG_ID_HEADER: str(event.event_id)}))
             for event in events
-        ]  # fmt: skip
+        ]
+        # One wait for the whole batch (a wait_for per ack would wrap each future in a task), then
+        # every ack that failed or is still missing is retried one by one, with the same id.
+        await asyncio.wait([future for _, future in futures], timeout=self.options.publish_timeout_s)
         for event, future in futures:
-            try:
-                await asyncio.wait_for(future, self.options.publish_timeout_s)
-            except (TimeoutError, nats.errors.TimeoutError):
-                await self._publish_durable(subject, encode(event), str(event.event_id))
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled() and future.exception() is None:
+                continue
+            await self._publish_durable(subject, encode(event), str(event.event_id))
         self.stats.published += len(events)
 
     # --- subscribe ----------------------------------------------------------------------------
