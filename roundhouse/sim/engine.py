@@ -367,7 +367,7 @@ class Simulator:
         heapq.heappush(self._events, (finish, self._event_seq, job.job_id, job.version))
 
     def _release(self, job: SimJobState, t: float, *, checkpoint: bool) -> None:
-        self.out.productive_gpu_s += job.freeze()
+        self.out.productive_gpu_s += job.freeze(final=not checkpoint)  # only _end releases without one
         gpus = job.gpus
         n = len(gpus)
         self.cluster.release(job.job_id, gpus)
@@ -483,7 +483,7 @@ class Simulator:
         out.end_time = t
         self._clock.now = t
         for job in self._running.values():
-            out.productive_gpu_s += job.freeze()
+            out.productive_gpu_s += job.freeze(final=True)
             out.busy_gpu_s += (t - job.alloc_since) * len(job.gpus)
         out.unfinished = sum(1 for job in self._jobs.values() if job.measured)
         for job in self._jobs.values():

@@ -188,14 +188,18 @@ class SimJobState(JobState):
         self.rate = rate
         self.line_a = self._service0 - len(self.gpus) * productive_from
 
-    def freeze(self) -> float:
-        """Fold progress up to ``clock.now`` into the base values; returns GPU-seconds just folded."""
+    def freeze(self, *, final: bool = False) -> float:
+        """Fold progress up to ``clock.now`` into the base values; returns GPU-seconds just folded.
+
+        ``final``: the job ends (or the simulation does), so the loss samples of this run are not
+        kept, only whether it reached its loss target (nobody reads a finished job's history)."""
         productive = self._productive_s()
         if productive <= 0.0:
             return 0.0
         gpu_s = productive * len(self.gpus)
         if self.loss_log is not None:
-            self.loss_log.fold(Run(self.productive_from, self.done0, self.rate, self.work_s), self.clock.now)
+            self.loss_log.fold(Run(self.productive_from, self.done0, self.rate, self.work_s), self.clock.now,
+                               samples=not final)
         self._service0 = self.attained_service
         self._executed0 += productive
         self.done0 += self.rate * productive

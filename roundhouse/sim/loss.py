@@ -222,9 +222,10 @@ class LossLog:
         n = min(k, room, max(0, math.ceil((first + HEAD_WINDOW_S - run.t0) / s - _K_EPS) - 1))
         return self._samples(run, 1, n) if n > 0 else []
 
-    def fold(self, run: Run, now: float) -> None:
-        """``run`` ends at ``now``: keep its samples (bounded) and note when it reached the target."""
-        k = self._run_count(run, now)
+    def fold(self, run: Run, now: float, *, samples: bool = True) -> None:
+        """``run`` ends at ``now``: keep its samples (bounded; not if ``samples`` is False, for a job
+        that ends) and note when it reached the target."""
+        k = self._run_count(run, now) if samples else 0
         if k:
             if not self.head_done:
                 head = self._head_of_run(run, k)
