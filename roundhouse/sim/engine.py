@@ -113,7 +113,9 @@ class Outcome:
     loss_reached: dict[int, float] = field(default_factory=dict)
     """Per measured job with a loss curve and a ``loss_target`` that its loss reached: the exact
     time its smooth loss first got there (job index -> seconds); the target may be reached long
-    before the job ends (Hermes' time to 90% of the optimal loss) or end it (loss-termination)."""
+    before the job ends (Hermes' time to 90% of the optimal loss) or end it (loss-termination).
+    The target itself counts: a job that ``loss-termination`` ends a little before, within its
+    relative threshold of the target, has no entry."""
 
 
 class Simulator:

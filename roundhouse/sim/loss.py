@@ -109,7 +109,9 @@ class LossCurve:
         if loss <= self.floor:
             return math.inf
         p = math.log((self.initial - self.floor) / (loss - self.floor)) / self.decay
-        return p if p <= 1.0 else math.inf
+        if p <= 1.0:
+            return p
+        return 1.0 if p <= 1.0 + 1e-9 else math.inf  # a curve built to reach it at the very end, rounded
 
     @classmethod
     def reaching(

@@ -51,6 +51,8 @@ def test_reaching_hits_the_target_at_the_asked_progress() -> None:
     curve = LossCurve.reaching(3.0, 0.4, initial=6.0, floor=1.0)
     assert curve.at(0.4) == pytest.approx(3.0)
     assert curve.progress_at(3.0) == pytest.approx(0.4)
+    for target in (0.1, 0.3, 2.7, 3.0):  # reached at the very end despite rounding
+        assert LossCurve.reaching(target, 1.0, initial=6.0, floor=0.0).progress_at(target) == pytest.approx(1.0)
     with pytest.raises(LossCurveError):
         LossCurve.reaching(0.5, 0.4, initial=6.0, floor=1.0)
     with pytest.raises(LossCurveError):
