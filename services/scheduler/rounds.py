@@ -4,7 +4,12 @@ Rounds run every ``round_s`` on a fixed cadence (churn rounds in between do not 
 simulator) and, when the scheduling policy's ``triggers`` ask for it, soon after
 churn: an arrival (``job.accepted``) or a completion (a job ending frees GPUs). A node joining or
 leaving and a manual request always start a round. Churn is debounced by ``churn_debounce_s`` so a
-burst of events makes one round, not one each.
+burst of events makes one round, not one each, and churn that keeps coming (a submission burst of
+thousands of jobs a second) makes a round at most every ``CHURN_GAP_FACTOR`` times the last round's
+duration: a round costs time linear in the queue, so without that gap a long burst would spend its
+time re-ranking a growing queue for every 50 ms of arrivals (measured: +25% scheduler CPU per job
+over 20,000 jobs with ``srtf``). Placement and the simulator are unaffected; only how many churn
+rounds a burst makes changes, and every arrival is still in the next one.
 
 A plan answers the round it names; the scheduler applies it only if round, state version and epoch
 are those of the round in flight, and then only the parts still valid against the current state:
@@ -26,6 +31,10 @@ from services.runtime.store import LeaseState
 from services.scheduler.book import JobBook
 from services.scheduler.inventory import Inventory
 
+CHURN_GAP_FACTOR = 4.0
+"""Churn rounds start at least this many times the last round's duration after it ended (so they
+take at most about a fifth of the scheduler's time under sustained churn)."""
+
 _CHURN = {
     RoundTrigger.ARRIVAL: Trigger.ARRIVAL,
     RoundTrigger.COMPLETION: Trigger.COMPLETION,
@@ -42,6 +51,11 @@ class RoundTimer:
         self._kick = asyncio.Event()
         self._reason: RoundTrigger | None = None
         self._due = time.monotonic()
+        self._cooldown_until = 0.0
+
+    def ran(self, seconds: float) -> None:
+        """A round just ended after ``seconds``: churn waits ``CHURN_GAP_FACTOR`` times that."""
+        self._cooldown_until = time.monotonic() + CHURN_GAP_FACTOR * seconds
 
     def churn(self, reason: RoundTrigger) -> None:
         """Note churn; starts a round soon if the policy (or the kind of churn) asks for it."""
@@ -73,8 +87,11 @@ class RoundTimer:
                 self._kick.clear()
                 self._reason = None
                 return RoundTrigger.TIMER
-            if self.debounce_s > 0:
-                await asyncio.sleep(self.debounce_s)
+            wait = self.debounce_s
+            if self._reason in _CHURN:
+                wait = max(wait, self._cooldown_until - time.monotonic())
+            if wait > 0:
+                await asyncio.sleep(wait)
             reason = self._reason or RoundTrigger.MANUAL
             self._kick.clear()
             self._reason = None

@@ -828,6 +828,8 @@ class SchedulerService(RoundhouseService):
         finally:
             term.pending_plan = None
         t5 = time.perf_counter()
+        # Snapshot to plan: what a round costs (the revoke waits after it are idle time).
+        term.timer.ran(t5 - t0)
         valid = validate_plan(plan, self.book, self.inventory, dict(ranking.gpu_targets))
         if valid.dropped:
             log.info("round %d: dropped %d plan parts: %s", number, len(valid.dropped), valid.dropped[:5])
