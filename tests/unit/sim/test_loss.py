@@ -23,10 +23,11 @@ from roundhouse.sim.loss import (
     goal_loss,
 )
 from roundhouse.sim.workload import TraceJob, WorkloadError
-from services.core.decisions import Ranking
+from services.core.decisions import Placement, Ranking
 from services.core.protocols import SchedulingPolicy, Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.state import ClusterState, JobState
+from services.scheduler.policies.hermes import Hermes
 
 CURVE = LossCurve(initial=7.0, floor=2.0, decay=3.0)
 SMALL_COSTS = CostModel(models={}, default=ModelCosts(checkpoint_s=1.0, restore_s=2.0, relaunch_s=0.0))
@@ -205,15 +206,38 @@ def test_loss_termination_ends_jobs_at_the_first_round_after_their_target() -> N
     assert jcts[2:] == pytest.approx([840.0, 1200.0])
 
 
+class QuantumWatch:
+    """The ``hermes`` placement, recording how long each job it suspends had been running and its
+    quantum at that moment."""
+
+    name: ClassVar[str] = "quantum-watch"
+    keeps_running: ClassVar[bool] = True
+
+    def __init__(self, policy: Hermes) -> None:
+        self.inner = PLACEMENT.create("hermes")
+        self.policy = policy
+        self.suspended: list[tuple[float, float]] = []
+
+    def place(self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Placement:
+        placement = self.inner.place(ranking, jobs, cluster, now)
+        assert placement.plan is not None
+        for job_id in placement.plan.suspend:
+            job = jobs[job_id]
+            assert job.last_start_time is not None
+            self.suspended.append((now - job.last_start_time, self.policy.quantum_of(job)))
+        return placement
+
+
 def test_hermes_runs_quantum_rounds_and_favours_fast_converging_jobs() -> None:
-    """16 jobs on 4 GPUs (4 per GPU), rounds every 10 s: each GPU runs its fastest-converging job;
-    the fast family reaches its goal sooner under Hermes than under round robin."""
+    """16 jobs on 4 GPUs (4 per GPU), rounds every 10 s: no job loses its GPU inside its quantum
+    (10 s, growing at milestones), and the fast family reaches its goal sooner under Hermes than
+    under round robin."""
     rng = random.Random(7)
     goal = goal_loss(6.9, 3.0)
     kinds = ["fast"] * 4 + ["slow"] * 12
     rng.shuffle(kinds)
     jobs = [
-        TraceJob(i, 0.0, 1, 100.0, model="googlenet", loss_curve=family(kind, rng, initial=6.9, optimum=3.0),  # type: ignore[arg-type]
+        TraceJob(i, 0.0, 1, 100.0, loss_curve=family(kind, rng, initial=6.9, optimum=3.0),  # type: ignore[arg-type]
                  loss_target=goal if kind == "fast" else None)
         for i, kind in enumerate(kinds)
     ]
@@ -225,6 +249,14 @@ def test_hermes_runs_quantum_rounds_and_favours_fast_converging_jobs() -> None:
         assert sorted(out.loss_reached) == [i for i, kind in enumerate(kinds) if kind == "fast"]
         results[name] = sum(out.loss_reached.values()) / len(out.loss_reached)
     assert results["hermes"] < results["rr"]
+    policy = Hermes()
+    watch = QuantumWatch(policy)
+    sim = Simulator(jobs, ClusterState.uniform(4, 1), admission=ADMISSION.create("accept-all"), scheduling=policy,
+                    placement=watch, config=SimConfig(round_s=10.0, debug=True, costs=SMALL_COSTS))
+    assert sim.run().completed == 16
+    assert len(watch.suspended) > 16
+    assert all(ran >= quantum - 1e-9 for ran, quantum in watch.suspended)
+    assert any(quantum > 10.0 for _, quantum in watch.suspended)  # milestones grew some quanta
 
 
 def test_loss_log_folds_runs_and_finds_the_target_in_a_later_run() -> None:
