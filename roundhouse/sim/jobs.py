@@ -110,6 +110,16 @@ class SimJobState(JobState):
         self._spec = value
 
     @property
+    def resumed_at(self) -> float | None:
+        """When the current run's progress starts or started: after restore + relaunch (None unless
+        running)."""
+        return self.productive_from if self.status is JobStatus.RUNNING else None
+
+    @resumed_at.setter
+    def resumed_at(self, value: float | None) -> None:
+        pass  # derived from the run's progress line
+
+    @property
     def loss(self) -> float | None:
         """The curve at the current progress (exact at ``clock.now``); None without a curve or
         before the first launch."""

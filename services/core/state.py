@@ -47,6 +47,11 @@ class JobState:
     admit_time: float | None = None
     first_start_time: float | None = None
     last_start_time: float | None = None
+    resumed_at: float | None = None
+    """When the current run began making progress (after restoring its checkpoint), if the owner
+    can tell; None otherwise, and then ``last_start_time`` is the best estimate. The simulator knows
+    it exactly; time-slicing policies count a quantum from it so that a restore longer than the
+    quantum cannot preempt a job before it makes any progress."""
     last_preempt_time: float | None = None
     finish_time: float | None = None
     attained_service: float = 0.0

@@ -2,9 +2,16 @@
 
 These policies give a GPU to a job for a time quantum and decide again when it ends. A policy is a
 pure function of the snapshot, so "the quantum has not ended yet" is read from it: a running job is
-*protected* while ``now - last_start_time < quantum``, i.e. during the first quantum of its current
-run; it ranks ahead of every job that is not protected, so placement keeps it. Once that quantum is
-over it competes at every decision like the waiting jobs (and keeps its GPU while it wins).
+*protected* during the first quantum of *progress* of its current run: while it restores its
+checkpoint and then while ``now - resumed_at < quantum`` (``resumed_at`` falls back to
+``last_start_time`` where the owner cannot tell when progress resumed). It ranks ahead of every job
+that is not protected, so placement keeps it. Once that quantum is over it competes at every
+decision like the waiting jobs (and keeps its GPU while it wins).
+
+Why from ``resumed_at``: counted from the launch, a restore + relaunch longer than the quantum (tens
+of seconds against Hermes' 10 s) ends the quantum before the job makes any progress, and the
+policies then preempt resumed jobs forever without progress (found in the simulator, where a
+Hermes run with the default preemption costs never finished).
 
 Choice (the snapshot holds no record of earlier decisions): a job that wins again at the end of its
 quantum is re-examined at each later round instead of getting a fresh protected quantum; with
@@ -19,9 +26,11 @@ EPS = 1e-9
 
 
 def protected(job: JobState, now: float, quantum_s: float) -> bool:
-    """Whether running ``job`` is still inside the first quantum of its current run."""
-    started = job.last_start_time
-    return job.is_running and started is not None and now - started < quantum_s - EPS
+    """Whether running ``job`` is still restoring or inside the first quantum of progress of its run."""
+    if not job.is_running:
+        return False
+    started = job.resumed_at if job.resumed_at is not None else job.last_start_time
+    return started is not None and now - started < quantum_s - EPS
 
 
 def check_quantum(quantum_s: float) -> float:
