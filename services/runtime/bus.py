@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -269,7 +269,7 @@ class Bus:
             f"no JetStream ack for {subject} after {self.options.publish_attempts} attempts: {last_error!r}"
         )
 
-    async def publish_many(self, subject: str, events: list[Event]) -> None:
+    async def publish_many(self, subject: str, events: Sequence[Event]) -> None:
         """Publish a batch, pipelining JetStream acks (much faster than one awaited ack at a time)."""
         spec = self._check_model(subject, type(events[0])) if events else None
         if spec is None:

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from nats.aio.msg import Msg
 
 from schemas.codec import encode
 from schemas.examples import example
@@ -331,3 +332,40 @@ async def test_pipelined_commits_are_acked_in_order_after_they_resolve(bus: Bus)
     await eventually(lambda: consumer.stats.handled == 5)
     assert handled == [f"job-{i}" for i in range(6)]
     await eventually(lambda: consumer.stats.dead_lettered == 1)  # job-3's commit failed (max_deliver=1)
+
+
+async def test_consumer_takes_a_backlog_in_full_batches_then_follows_new_messages(bus: Bus) -> None:
+    """The consumer's own pull requests: a stored backlog comes in ``batch``-sized batches at once
+    (no_wait); a message published later comes through a lingering request, handled when that
+    request ends (here at its expiry: one message does not fill a batch, as with nats-py's fetch);
+    after a stop nothing is left unacked."""
+    batches: list[int] = []
+    handled: list[str] = []
+
+    async def handler(event: JobArrived) -> None:
+        handled.append(event.job_id)
+
+    await bus.publish_many("job.arrived", [arrived(i) for i in range(25)])
+    consumer = await bus.consume(
+        "job.arrived", JobArrived, handler, durable="batches", options=ConsumerOptions(batch=10, fetch_timeout_s=2.0)
+    )
+    original = consumer._handle_batch
+
+    async def counting(msgs: list[Msg]) -> None:
+        batches.append(len(msgs))
+        await original(msgs)
+
+    consumer._handle_batch = counting  # type: ignore[method-assign]
+    await eventually(lambda: len(handled) == 25)
+    # The first batch may have been taken before the wrapper was installed.
+    assert all(size == 10 for size in batches[: len(batches) - 1])
+    await asyncio.sleep(0.1)  # caught up: a lingering request is open now
+    began = asyncio.get_running_loop().time()
+    await bus.publish("job.arrived", arrived(99))
+    await eventually(lambda: len(handled) == 26)
+    # Up to one lingering request's expiry (2 s) for a batch that does not fill, as with fetch.
+    assert asyncio.get_running_loop().time() - began < 2.6
+    assert handled == [f"job-{i}" for i in range(25)] + ["job-99"]
+    await consumer.stop()
+    assert await consumer.pending() == 0
+    assert consumer.stats.handled == 26
