@@ -49,9 +49,9 @@ class JobState:
     last_start_time: float | None = None
     resumed_at: float | None = None
     """When the current run began making progress (after restoring its checkpoint), if the owner
-    can tell; None otherwise, and then ``last_start_time`` is the best estimate. The simulator knows
-    it exactly; time-slicing policies count a quantum from it so that a restore longer than the
-    quantum cannot preempt a job before it makes any progress."""
+    can tell; None otherwise. The simulator knows it exactly; time-slicing policies keep a job that
+    is still restoring, so that a restore longer than their quantum cannot preempt a resumed job
+    before it makes any progress."""
     last_preempt_time: float | None = None
     finish_time: float | None = None
     attained_service: float = 0.0

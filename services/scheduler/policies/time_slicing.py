@@ -2,16 +2,18 @@
 
 These policies give a GPU to a job for a time quantum and decide again when it ends. A policy is a
 pure function of the snapshot, so "the quantum has not ended yet" is read from it: a running job is
-*protected* during the first quantum of *progress* of its current run: while it restores its
-checkpoint and then while ``now - resumed_at < quantum`` (``resumed_at`` falls back to
-``last_start_time`` where the owner cannot tell when progress resumed). It ranks ahead of every job
-that is not protected, so placement keeps it. Once that quantum is over it competes at every
-decision like the waiting jobs (and keeps its GPU while it wins).
+*protected* while ``now - last_start_time < quantum``, i.e. during the first quantum of its current
+run, and for as long as it is still restoring its checkpoint (``now <= resumed_at``, where the owner
+knows when progress resumes). It ranks ahead of every job that is not protected, so placement keeps
+it. Once both are over it competes at every decision like the waiting jobs (and keeps its GPU while
+it wins).
 
-Why from ``resumed_at``: counted from the launch, a restore + relaunch longer than the quantum (tens
-of seconds against Hermes' 10 s) ends the quantum before the job makes any progress, and the
-policies then preempt resumed jobs forever without progress (found in the simulator, where a
-Hermes run with the default preemption costs never finished).
+Why the restore clause: a restore + relaunch as long as the quantum or longer (tens of seconds
+against Hermes' 10 s) would otherwise end the quantum before the job makes any progress, and the
+policies would then preempt resumed jobs forever (found in the simulator: an ``rr`` run with the
+default preemption costs never finished). The quantum still counts from the launch, so with rounds
+on a grid of the quantum a job restored within its quantum competes at the next round, as before,
+and the preemption overhead is part of the slice (the cost of time-slicing).
 
 Choice (the snapshot holds no record of earlier decisions): a job that wins again at the end of its
 quantum is re-examined at each later round instead of getting a fresh protected quantum; with
@@ -26,11 +28,14 @@ EPS = 1e-9
 
 
 def protected(job: JobState, now: float, quantum_s: float) -> bool:
-    """Whether running ``job`` is still restoring or inside the first quantum of progress of its run."""
+    """Whether running ``job`` is inside the first quantum of its current run or still restoring."""
     if not job.is_running:
         return False
-    started = job.resumed_at if job.resumed_at is not None else job.last_start_time
-    return started is not None and now - started < quantum_s - EPS
+    started = job.last_start_time
+    if started is not None and now - started < quantum_s - EPS:
+        return True
+    resumed = job.resumed_at
+    return resumed is not None and now <= resumed + EPS
 
 
 def check_quantum(quantum_s: float) -> float:
