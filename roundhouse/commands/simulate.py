@@ -20,6 +20,7 @@ from roundhouse.sim.case import GPU_COUNT_CHOICES, WORKLOADS, Case
 from roundhouse.sim.cluster import ClusterSpecError, parse_shape
 from roundhouse.sim.engine import SimulationError
 from roundhouse.sim.report import format_table
+from roundhouse.sim.synthetic import FITGPP_ARRIVALS
 from roundhouse.sim.traces import FORMATS
 from roundhouse.sim.workload import WorkloadError
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING, UnknownPolicyError
@@ -73,7 +74,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     source.add_argument("--jobs-per-hour", type=_list(float), default=[8.0], metavar="RATE[,RATE...]",
                         help="philly-synthetic arrival rate (default 8)")
     source.add_argument("--load", type=_list(float), default=[2.0], metavar="LOAD[,LOAD...]",
-                        help="fitgpp-synthetic offered load (default 2.0)")
+                        help="fitgpp-synthetic load (default 2.0)")
+    source.add_argument("--arrivals", choices=FITGPP_ARRIVALS, default="offered",
+                        help="fitgpp-synthetic: Poisson at the offered --load (default), or 'fifo': arrivals that "
+                             "keep --load under a reference FIFO run (FitGpp Appendix A; docs/simulator.md)")
     source.add_argument("--gpus", choices=GPU_COUNT_CHOICES, default="1",
                         help="philly-synthetic GPUs per job: 1, Gavel's mix, or the Philly trace's counts")
     source.add_argument("--num-jobs", type=int, help="stop generating (or reading) after N jobs")
@@ -122,6 +126,7 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
         cluster=args.cluster,
         cluster_spec=str(args.cluster_spec) if args.cluster_spec is not None else None,
         gpus=args.gpus,
+        arrivals=args.arrivals,
         num_jobs=args.num_jobs,
         round_s=args.round_s,
         track=args.track,

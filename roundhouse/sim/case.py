@@ -39,6 +39,8 @@ class Case:
     cluster_spec: str | None = None
     jobs_per_hour: float = 8.0
     load: float = 2.0
+    arrivals: str = "offered"
+    """fitgpp-synthetic: ``offered`` (Poisson at the offered load) or ``fifo`` (load kept under FIFO)."""
     num_jobs: int | None = None
     gpus: str = "1"
     seed: int = 0
@@ -100,6 +102,7 @@ def build_workload(case: Case, cluster: ClusterState) -> Iterable[TraceJob]:
             num_jobs=case.num_jobs if case.num_jobs is not None else 2**19,
             max_gpus=min(8, cluster.largest_node_gpus),
             seed=case.seed,
+            arrivals=case.arrivals,
         )
     raise WorkloadError(f"unknown workload {case.workload!r}; valid: {', '.join(WORKLOADS)} (or --trace FILE)")
 

@@ -98,3 +98,22 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     png = tmp_path / "cdf.png"
     assert main([*BASE, "--scheduler", "fifo", "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fitgpp_arrivals_reading_is_a_flag(tmp_path: Path) -> None:
+    reports = {}
+    for arrivals in ("offered", "fifo"):
+        out = tmp_path / f"{arrivals}.json"
+        assert main(["simulate", "--workload", "fitgpp-synthetic", "--arrivals", arrivals, "--cluster", "2x8",
+                     "--num-jobs", "120", "--scheduler", "fitgpp", "--placement", "preempting",
+                     "--no-progress", "--json", str(out)]) == 0
+        reports[arrivals] = json.loads(out.read_text(encoding="utf-8"))
+    assert reports["fifo"]["config"]["arrivals"] == "fifo"
+    assert reports["offered"]["config"]["arrivals"] == "offered"
+    assert reports["fifo"]["avg_jct_s"] != reports["offered"]["avg_jct_s"]  # other arrival times
+
+
+def test_unknown_arrivals_reading_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--workload", "fitgpp-synthetic", "--arrivals", "poisson"])
+    assert "invalid choice: 'poisson'" in capsys.readouterr().err
