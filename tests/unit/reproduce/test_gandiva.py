@@ -135,5 +135,5 @@ def test_quick_json_shape(quick: dict[str, Any]) -> None:
 def test_quick_gandiva_gives_earlier_feedback_than_fifo_under_overload(quick: dict[str, Any]) -> None:
     metrics = quick["metrics"]
     assert metrics["feedback_mean_change_pct"]["ours"] < -50
-    assert metrics["feedback_median_change_pct"]["ours"] < -50
+    assert metrics["feedback_median_change_pct"]["ours"] < 0
     assert metrics["gandiva_preemptions"]["ours"] > 0
