@@ -38,7 +38,7 @@ Choices where Blox is silent, and why:
 * **A time cap**: above ~7.6 jobs/h the offered load exceeds capacity, and Optimus (shortest
   remaining time first) and LAS (least attained service; with the spike the load is ~1.14x) starve
   the longest jobs for as long as shorter or newer ones keep arriving, so a run that waits for every
-  tracked job may never end. Each case stops ``HORIZON_S`` (30 days) after the last tracked
+  tracked job may never end. Each case stops ``HORIZON_S`` (90 days) after the last tracked
   arrival; a tracked job still unfinished then counts with its JCT so far (a lower bound), and the
   details report how many there were (``unfinished``). A lower-bounded accept-all JCT makes the
   admission gain we report a lower bound of the real one.
@@ -72,7 +72,7 @@ from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 SOURCE = "Blox (Agarwal, Phanishayee, Venkataraman; EuroSys '24)"
 SEEDS = 3
 """Seeds per policy in full runs (module docstring)."""
-HORIZON_S = 30 * 86_400.0
+HORIZON_S = 90 * 86_400.0
 """Simulated time allowed after the last tracked arrival (module docstring)."""
 
 
