@@ -10,7 +10,16 @@ from pathlib import Path
 import pytest
 
 from roundhouse.cli import main
-from roundhouse.reproduce.synthesizer import QUICK, SYNTHESIZER, Run, bursty_spikes, run_one, workload
+from roundhouse.reproduce.synthesizer import (
+    QUICK,
+    SYNTHESIZER,
+    Run,
+    Scale,
+    bursty_spikes,
+    rank_statics,
+    run_one,
+    workload,
+)
 from services.scheduler.policies.synthesizer import CANDIDATES
 
 
@@ -53,8 +62,10 @@ def test_quick_run_reports_paper_and_ours(tmp_path: Path) -> None:
     assert report["name"] == "blox-synthesizer"
     metrics = report["metrics"]
     assert set(metrics) == {
-        "philly_vs_best_static_pct", "philly_best_static_is_fifo",
-        "bursty_vs_best_static_pct", "bursty_best_static_is_srtf",
+        "philly_vs_best_static_pct",
+        "philly_best_static_is_fifo",
+        "bursty_vs_best_static_pct",
+        "bursty_best_static_is_srtf",
     }
     for kind in ("philly", "bursty"):
         gap = metrics[f"{kind}_vs_best_static_pct"]
@@ -68,3 +79,41 @@ def test_quick_run_reports_paper_and_ours(tmp_path: Path) -> None:
         assert gap["ours"] == pytest.approx(100.0 * (synth["avg_jct_s"] - best) / best)
     assert metrics["philly_best_static_is_fifo"]["paper"] == 1.0
     assert metrics["bursty_best_static_is_srtf"]["ours"] in (0.0, 1.0)
+
+
+def test_a_starving_run_stops_at_the_cap_with_its_tracked_jobs_unfinished() -> None:
+    # one GPU at 0.5 jobs/h (offered load ~8): SRTF never runs the long tracked job, FIFO does
+    scale = Scale(nodes=1, gpus_per_node=1, jobs_per_hour=0.5, track=(0, 3))
+    srtf = run_one(Run("philly", "srtf+accept-all", scale, 0))
+    fifo = run_one(Run("philly", "fifo+accept-all", scale, 0))
+    assert srtf["unfinished"] >= 1
+    assert srtf["simulated_h"] <= scale.max_time_s / 3600
+    assert fifo["unfinished"] == 0
+
+
+def stat(avg_h: float, unfinished: int = 0) -> dict[str, float]:
+    return {"avg_jct_s": avg_h * 3600, "unfinished": unfinished}
+
+
+RANKING = [
+    (
+        "lowest average JCT",
+        {"fifo+accept-all": stat(20), "srtf+accept-all": stat(10)},
+        ("srtf+accept-all", "fifo+accept-all", []),
+    ),
+    (
+        "a starved run is not ranked, however low the average of its finished jobs",
+        {"fifo+accept-all": stat(20), "srtf+accept-all": stat(5, unfinished=2), "las+accept-all": stat(30)},
+        ("fifo+accept-all", "las+accept-all", ["srtf+accept-all"]),
+    ),
+    (
+        "a tie goes to the canonical order",
+        {"las+accept-all": stat(7), "fifo+accept-1.4x": stat(7)},
+        ("fifo+accept-1.4x", "las+accept-all", []),
+    ),
+]
+
+
+@pytest.mark.parametrize(("statics", "expected"), [c[1:] for c in RANKING], ids=[c[0] for c in RANKING])
+def test_rank_statics(statics: dict[str, dict[str, float]], expected: tuple[str, str, list[str]]) -> None:
+    assert rank_statics(statics) == expected
