@@ -47,6 +47,8 @@ from services.core.round import diff_plan
 from services.core.state import ClusterState, JobState, JobStatus
 
 INF = math.inf
+_RUNNING_STATUS = JobStatus.RUNNING
+_QUEUED_STATUS = JobStatus.QUEUED
 NO_TRIGGERS = Trigger(0)
 _EPS = 1e-9
 
@@ -184,29 +186,46 @@ class Simulator:
         now = 0.0
         loops = 0
         bar = _ProgressBar(self._progress_total, self._progress_stream) if config.progress else None
+        # Hot loop: attributes that never change are read once (``active``, ``_jobs``, ``_running``
+        # and ``_events`` are never rebound; ``_held`` and ``_new`` are, so they are read each time).
+        active = self.active
+        jobs = self._jobs
+        running = self._running
+        clock = self._clock
+        out = self.out
+        debug = config.debug
+        on_completion = self._on_completion
+        on_arrival = self._on_arrival
+        timer = self._timer
+        pop = heapq.heappop
+        completed = JobStatus.COMPLETED
         while True:
-            if round_at < INF and not (self.active or self._held or self._new):
+            if round_at < INF and not (active or self._held or self._new):
                 round_at = INF  # an empty system needs no round until something arrives
-            t_event = events[0][0] if events else INF
-            t_arrival = upcoming.arrival_s if upcoming is not None else INF
-            t = min(t_event, t_arrival, round_at)
+            t = events[0][0] if events else INF
+            if upcoming is not None and upcoming.arrival_s < t:
+                t = upcoming.arrival_s
+            t = min(t, round_at)
             if t == INF or t > max_time:
                 break
             now = t
-            self._clock.now = t
+            clock.now = t
             while events and events[0][0] <= t:
-                _, _, job_id, version = heapq.heappop(events)
-                self._complete(job_id, version, t)
-                if self._on_completion:
+                _, _, job_id, version = pop(events)
+                job = jobs.get(job_id)
+                if job is not None and job.version == version:  # else stale: suspended or resized since
+                    out.events += 1
+                    self._end(job, t, completed)
+                if on_completion:
                     round_at = t
-                elif self._timer and round_at == INF:
+                elif timer and round_at == INF:
                     round_at = _tick_at_or_after(t, round_s)
             while upcoming is not None and upcoming.arrival_s <= t:
                 self._arrive(upcoming, t)
                 upcoming = next(workload, None)
-                if self._on_arrival:
+                if on_arrival:
                     round_at = t
-                elif self._timer and round_at > t:
+                elif timer and round_at > t:
                     round_at = min(round_at, _tick_at_or_after(t, round_s))
             if round_at <= t:
                 ran = self._round(t)
@@ -214,13 +233,13 @@ class Simulator:
                 if (
                     not events
                     and upcoming is None
-                    and not self._running
-                    and (self.active or self._held)
+                    and not running
+                    and (active or self._held)
                     and not ran
                 ):
-                    self.out.stalled = True  # jobs wait, nothing runs and nothing will arrive
+                    out.stalled = True  # jobs wait, nothing runs and nothing will arrive
                     break
-            if config.debug:
+            if debug:
                 self._check(t)
             if self._track_left == 0:
                 break
@@ -278,13 +297,6 @@ class Simulator:
         self._new.append(job)
         self._changed = True
 
-    def _complete(self, job_id: str, version: int, t: float) -> None:
-        job = self._jobs.get(job_id)
-        if job is None or job.version != version:
-            return  # stale: the job was suspended or resized since this event was scheduled
-        self.out.events += 1
-        self._end(job, t, JobStatus.COMPLETED)
-
     def _end(self, job: SimJobState, t: float, status: JobStatus) -> None:
         out = self.out
         if job.status is JobStatus.RUNNING:
@@ -340,57 +352,67 @@ class Simulator:
         return rate
 
     def _launch(self, job: SimJobState, gpus: tuple[int, ...], t: float) -> None:
-        self.cluster.assign(job.job_id, gpus)
+        job_id = job.job_id
+        self.cluster.assign(job_id, gpus)
         busy = self._busy_until
         start = t
         for g in gpus:
-            start = max(start, busy[g])
+            held = busy[g]
+            start = max(start, held)
+        n = len(gpus)
         overhead = 0.0
         if job.preemptions > 0 or job.done0 > 0:
-            overhead = job.costs.restore_s + job.costs.relaunch_s
-            job.lost_gpu_s += overhead * len(gpus)
+            costs = job.costs
+            overhead = costs.restore_s + costs.relaunch_s
+            job.lost_gpu_s += overhead * n
         job.alloc_since = t
         job.version += 1
-        job.status = JobStatus.RUNNING
+        job.status = _RUNNING_STATUS
         job.gpus = gpus
-        rate = 1.0 if len(gpus) == 1 and job.gpus_requested == 1 else self._rate(job, gpus)
+        rate = 1.0 if n == 1 and job.gpus_requested == 1 else self._rate(job, gpus)
         job.start_line(start + overhead, rate)
         if job.first_start_time is None:
             job.first_start_time = t
         job.last_start_time = t
-        if job.queued_since is not None:
-            job.longest_wait_s = max(job.longest_wait_s, t - job.queued_since)
+        since = job.queued_since
+        if since is not None:
+            job.longest_wait_s = max(job.longest_wait_s, t - since)
             job.queued_since = None
-        self._running[job.job_id] = job
+        self._running[job_id] = job
         if self._keyed is not None:
             self._keyed.mark_running(job)
-        finish = job.productive_from + max(0.0, job.work_s - job.done0) / job.rate
+        left = job.work_s - job.done0
+        finish = job.productive_from + (left if left > 0.0 else 0.0) / job.rate
         self._event_seq += 1
-        heapq.heappush(self._events, (finish, self._event_seq, job.job_id, job.version))
+        heapq.heappush(self._events, (finish, self._event_seq, job_id, job.version))
 
     def _release(self, job: SimJobState, t: float, *, checkpoint: bool) -> None:
-        self.out.productive_gpu_s += job.freeze(final=not checkpoint)  # only _end releases without one
+        out = self.out
+        out.productive_gpu_s += job.freeze(final=not checkpoint)  # only _end releases without one
         gpus = job.gpus
         n = len(gpus)
-        self.cluster.release(job.job_id, gpus)
+        job_id = job.job_id
+        self.cluster.release(job_id, gpus)
         hold_until = t
         if checkpoint:
-            hold_until = t + job.checkpoint_s
-            job.lost_gpu_s += job.checkpoint_s * n
+            checkpoint_s = job.checkpoint_s
+            hold_until = t + checkpoint_s
+            job.lost_gpu_s += checkpoint_s * n
             busy = self._busy_until
             for g in gpus:
                 busy[g] = hold_until
-        if job.productive_from > t:  # stopped during its restore: only part of that cost was paid
-            job.lost_gpu_s -= (job.productive_from - t) * n
-        self.out.busy_gpu_s += (hold_until - job.alloc_since) * n
-        del self._running[job.job_id]
+        productive_from = job.productive_from
+        if productive_from > t:  # stopped during its restore: only part of that cost was paid
+            job.lost_gpu_s -= (productive_from - t) * n
+        out.busy_gpu_s += (hold_until - job.alloc_since) * n
+        del self._running[job_id]
         job.gpus = ()
         job.rate = 0.0
         job.version += 1
 
     def _suspend(self, job: SimJobState, t: float) -> None:
         self._release(job, t, checkpoint=True)
-        job.status = JobStatus.QUEUED
+        job.status = _QUEUED_STATUS
         job.queued_since = t
         job.preemptions += 1
         job.last_preempt_time = t
@@ -457,26 +479,29 @@ class Simulator:
 
     def _apply(self, plan: Plan, t: float) -> bool:
         jobs = self._jobs
+        active = self.active
         for job_id in plan.terminate:
             job = jobs.get(job_id)
-            if job is None or job_id not in self.active:
+            if job is None or job_id not in active:
                 raise SimulationError(f"plan terminates job {job_id!r}, which is not admitted")
             self._end(job, t, JobStatus.COMPLETED)
+        suspend = self._suspend
         for job_id in plan.suspend:
             job = jobs.get(job_id)
-            if job is None or not job.is_running:
+            if job is None or job.status is not _RUNNING_STATUS:
                 raise SimulationError(f"plan suspends job {job_id!r}, which is not running")
-            self._suspend(job, t)
+            suspend(job, t)
         total = self.cluster.total_gpus
         holders = self.cluster.gpu_jobs
+        launch = self._launch
         for job_id, gpus in plan.launch.items():
             job = jobs.get(job_id)
-            if job is None or job.status is JobStatus.RUNNING or job_id not in self.active:
+            if job is None or job.status is _RUNNING_STATUS or job_id not in active:
                 raise SimulationError(f"plan launches job {job_id!r}, which is not a waiting job")
             for g in gpus:
                 if not 0 <= g < total or holders[g]:
                     raise SimulationError(f"plan puts job {job_id!r} on GPU {g}, which is not free")
-            self._launch(job, tuple(gpus), t)
+            launch(job, gpus if type(gpus) is tuple else tuple(gpus), t)
         return bool(plan.launch or plan.suspend or plan.terminate)
 
     # --- end ----------------------------------------------------------------------------------

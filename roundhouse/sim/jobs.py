@@ -203,19 +203,23 @@ class SimJobState(JobState):
 
         ``final``: the job ends (or the simulation does), so the loss samples of this run are not
         kept, only whether it reached its loss target (nobody reads a finished job's history)."""
-        productive = self._productive_s()
+        if self.status is not JobStatus.RUNNING:
+            return 0.0
+        now = self.clock.now
+        productive = now - self.productive_from
         if productive <= 0.0:
             return 0.0
-        gpu_s = productive * len(self.gpus)
+        n = len(self.gpus)
         if self.loss_log is not None:
-            self.loss_log.fold(Run(self.productive_from, self.done0, self.rate, self.work_s), self.clock.now,
+            self.loss_log.fold(Run(self.productive_from, self.done0, self.rate, self.work_s), now,
                                samples=not final)
-        self._service0 = self.attained_service
+        # ``attained_service`` and ``_productive_s`` inlined (this runs on every suspension).
+        service = self._service0 = self.line_a + n * now
         self._executed0 += productive
         self.done0 += self.rate * productive
-        self.productive_from = self.clock.now
-        self.line_a = self._service0 - len(self.gpus) * self.productive_from
-        return gpu_s
+        self.productive_from = now
+        self.line_a = service - n * now
+        return productive * n
 
 
 @cache

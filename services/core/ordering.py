@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from services.core.decisions import Ranking
@@ -78,8 +78,8 @@ class KeyedOrder:
         grouped = service_line is not None and callable(parts)
         self._parts: Callable[[JobState], tuple[Key, Key]] | None = parts if grouped else None
         self._line = service_line if grouped else None
-        self._groups: dict[Hashable, list[tuple[float, Key, str]]] = {}
-        self._where: dict[str, tuple[Hashable, tuple[float, Key, str]]] = {}
+        self._groups: dict[tuple[Key, int], list[tuple[float, Key, str]]] = {}
+        self._where: dict[str, tuple[tuple[Key, int], tuple[float, Key, str]]] = {}
         self._pending: dict[str, float] = {}
 
     def __len__(self) -> int:
@@ -98,13 +98,14 @@ class KeyedOrder:
         job_id = job.job_id
         if job_id in self._running:
             self._unrun(job_id)
-        entry = self._waiting.pop(job_id, None)
+        waiting = self._waiting
+        entry = waiting.pop(job_id, None)
         if entry is not None:
             entry[2] = False
             self._stale += 1
         policy = self._policy
         entry = [policy.sort_key(job, now), job_id, True]  # see _entry
-        self._waiting[job_id] = entry
+        waiting[job_id] = entry
         heapq.heappush(self._heap, entry)
         until = policy.key_stable_until(job, now)
         if until != math.inf:
@@ -117,9 +118,10 @@ class KeyedOrder:
         if entry is not None:
             entry[2] = False
             self._stale += 1
-        if job_id in self._running:
+        running = self._running
+        if job_id in running:
             self._unrun(job_id)
-        self._running[job_id] = job
+        running[job_id] = job
         parts = self._parts
         line = self._line
         if parts is not None and line is not None:
@@ -127,9 +129,10 @@ class KeyedOrder:
             a, productive_from = line(job)
             group = (head, len(job.gpus))
             item = (a, tail, job_id)
-            members = self._groups.get(group)
+            groups = self._groups
+            members = groups.get(group)
             if members is None:
-                self._groups[group] = [item]
+                groups[group] = [item]
             else:
                 insort(members, item)
             self._where[job_id] = (group, item)
@@ -212,6 +215,10 @@ class _LazySequence(Sequence[str]):
             self._cache = [job_id for _, job_id in self._pairs()]
         return self._cache
 
+    def keyed_items(self) -> Iterator[tuple[Key, str]]:
+        """``(sort key, job id)`` in order, lazily (placement reads keys without a ``key()`` call)."""
+        return self._pairs()
+
     @overload
     def __getitem__(self, index: int) -> str: ...
     @overload
@@ -266,9 +273,41 @@ class _RunningView(_LazySequence):
             return (job_id for _, job_id in reversed(self.sorted_pairs()))
         return self._lowest_first()
 
+    def keyed_reversed(self) -> Iterator[tuple[Key, str]]:
+        """``(sort key, job id)``, lowest-ranked first, lazily."""
+        order = self._order
+        if order._parts is None or self._sorted is not None:
+            return reversed(self.sorted_pairs())
+        groups = order._groups
+        if len(groups) == 1 and not order._pending:
+            return self._one_group()
+        key = self.key
+        return ((key(job_id), job_id) for job_id in self._lowest_first())
+
+    def _one_group(self) -> Iterator[tuple[Key, str]]:
+        """``keyed_reversed`` when every running job is in one group and productive: its order.
+
+        The keys come from the group itself: ``key_parts`` promises ``sort_key == (*head, service,
+        *tail)`` and ``service_line`` that a productive job's service is ``a + gpus x now``, so this
+        is the very tuple ``sort_key`` returns, without asking the policy for every victim."""
+        now = self._now
+        keys = self._keys
+        for (head, gpus), members in self._order._groups.items():
+            for a, tail, job_id in reversed(members):
+                key = keys.get(job_id)
+                if key is None:
+                    key = keys[job_id] = (*head, a + gpus * now, *tail)
+                yield key, job_id
+
     def _lowest_first(self) -> Iterator[str]:
         """Merge the groups from their tops (largest ``a``) and the not-yet-productive jobs."""
         order = self._order
+        groups = order._groups
+        if len(groups) == 1 and not order._pending:  # one group (e.g. all one-GPU jobs): its order
+            for members in groups.values():
+                for item in reversed(members):
+                    yield item[2]
+            return
         key = self.key
         candidates: list[tuple[Key, int, str]] = []  # max-heap through negation of the index
         pointers: dict[int, tuple[list[tuple[float, Key, str]], int]] = {}
@@ -308,22 +347,32 @@ class _WaitingView(_LazySequence):
         self._count = count
 
     def _pairs(self) -> Iterator[tuple[Key, str]]:
+        # The frontier holds (key, heap index): keys are total, so comparing them is enough (cheaper
+        # than comparing the heap's [key, id, alive] lists); the root needs no frontier at all.
         heap = self._heap
         n = len(heap)
         if not n:
             return
-        frontier: list[tuple[list[Any], int]] = [(heap[0], 0)]
+        entry = heap[0]
+        if entry[2]:
+            yield entry[0], entry[1]
+        if n == 1:
+            return
+        frontier: list[tuple[Key, int]] = [(heap[1][0], 1)]
+        if n > 2:
+            heapq.heappush(frontier, (heap[2][0], 2))
         push = heapq.heappush
         pop = heapq.heappop
         while frontier:
-            entry, i = pop(frontier)
+            key, i = pop(frontier)
+            entry = heap[i]
             if entry[2]:
-                yield entry[0], entry[1]
+                yield key, entry[1]
             left = 2 * i + 1
             if left < n:
-                push(frontier, (heap[left], left))
+                push(frontier, (heap[left][0], left))
                 if left + 1 < n:
-                    push(frontier, (heap[left + 1], left + 1))
+                    push(frontier, (heap[left + 1][0], left + 1))
 
     def __len__(self) -> int:
         return self._count

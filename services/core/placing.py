@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from typing import Any
 
 from services.core.decisions import Placement, Plan, Ranking
 from services.core.state import ClusterState, JobState, JobStatus
@@ -67,12 +68,16 @@ class FreeIndex(dict[int, set[int]]):
     __slots__ = ("_buckets", "_gpu_node", "_nodes", "total", "watch")
 
     def __init__(self, cluster: ClusterState) -> None:
-        super().__init__(cluster.free_by_node())
-        self._gpu_node = cluster.gpu_node_positions
-        nodes = sorted(self)
         buckets: list[list[int]] = [[] for _ in range(cluster.largest_node_gpus + 1)]
-        for node in nodes:
-            buckets[len(self[node])].append(node)
+        if cluster.free_gpu_count:
+            super().__init__(cluster.free_by_node())
+            nodes = sorted(self)
+            for node in nodes:
+                buckets[len(self[node])].append(node)
+        else:  # a full cluster (the usual state of a busy one): nothing to scan
+            super().__init__()
+            nodes = []
+        self._gpu_node = cluster.gpu_node_positions
         self._nodes = nodes
         """Nodes with free GPUs, in cluster order."""
         self._buckets = buckets
@@ -241,19 +246,25 @@ class _Victims:
     """
 
     __slots__ = (
-        "_alive", "_dirty", "_heaps", "_ids", "_indexed", "_jobs", "_next", "_on_node", "_reach", "_source", "_tracked",
-        "fitter",
-        "free", "suspended",
+        "_alive", "_dirty", "_heaps", "_ids", "_indexed", "_jobs", "_low", "_next", "_on_node", "_reach",
+        "_source", "_tracked", "fitter", "free", "keyed", "keys", "suspended",
     )
 
     def __init__(
         self,
-        source: Iterator[str],
+        source: Iterator[str] | Iterator[tuple[Any, str]],
         jobs: Mapping[str, JobState],
         fitter: _Fitter,
         suspended: dict[str, None],
+        *,
+        keyed: bool = False,
     ) -> None:
-        self._source: Iterator[str] | None = source
+        self._source: Iterator[Any] | None = source
+        self.keyed = keyed
+        self.keys: list[Any] = []
+        """With a ``keyed`` source (``(key, id)`` pairs): ``keys[i]`` is victim ``i``'s sort key."""
+        self._low = 0
+        """No victim below this index is alive (victims only die during a walk)."""
         self._jobs = jobs
         self.fitter = fitter
         self.free = fitter.free
@@ -281,10 +292,15 @@ class _Victims:
         source = self._source
         if source is None:
             return False
-        victim_id = next(source, None)
-        if victim_id is None:
+        item = next(source, None)
+        if item is None:
             self._source = None
             return False
+        if self.keyed:
+            key, victim_id = item
+            self.keys.append(key)
+        else:
+            victim_id = item
         index = len(self._ids)
         self._ids.append(victim_id)
         self._alive.append(True)
@@ -345,6 +361,33 @@ class _Victims:
         """The lowest-ranked alive victim."""
         index = self._at(0)
         return None if index is None else self._ids[index]
+
+    def lowest_index(self) -> int | None:
+        """The index of the lowest-ranked alive victim (its id is ``ids[index]``)."""
+        index = self._low
+        nxt = self._next
+        if index < len(nxt) and nxt[index] == index:
+            return index
+        found = self._at(index)
+        if found is not None:
+            self._low = found
+        return found
+
+    @property
+    def ids(self) -> list[str]:
+        """The victims read so far, lowest-ranked first (read-only)."""
+        return self._ids
+
+    def swap(self, index: int, gpu: int) -> None:
+        """Suspend the lowest alive victim, ``index``, which holds the one GPU ``gpu``, for a job that
+        needs one GPU and takes it while no other GPU is free: what ``make_room`` would do (give the
+        GPU back, ``fit`` takes the only free GPU, the victim stays suspended) without the round
+        trip through the index."""
+        self._kill(index)
+        self.suspended[self._ids[index]] = None
+        watch = self.free.watch
+        if watch is not None:
+            watch.add(self.fitter.cluster.gpu_node_positions[gpu])
 
     def _kill(self, index: int) -> None:
         self._alive[index] = False
@@ -644,7 +687,9 @@ def _two_pointer(
     """The same walk, driven by waiting jobs (upwards) and victims (downwards) with ``ranking.key``.
 
     Running jobs that keep their GPUs are never visited: a waiting job may only displace running jobs
-    ranked below it, which are exactly the victims whose key is larger than its own.
+    ranked below it, which are exactly the victims whose key is larger than its own. Views that hand
+    out their keys with the ids (``keyed_items()`` on ``ranking.waiting``, ``keyed_reversed()`` on
+    ``ranking.running``: ``services.core.ordering.KeyedOrder``'s) spare a ``key()`` call per job.
     """
     key = ranking.key
     assert key is not None
@@ -654,26 +699,60 @@ def _two_pointer(
     preempt = ranking.preempt
     free = fitter.free
     running = ranking.running
-    source = (j for j in reversed(running) if j not in terminate)
-    victims = _Victims(source, jobs, fitter, suspended)
-    rank: object = None
+    waiting = ranking.waiting
+    keyed_items = getattr(waiting, "keyed_items", None)
+    pairs: Iterator[tuple[Any, str]] = (
+        keyed_items() if keyed_items is not None else ((key(j), j) for j in waiting)
+    )
+    keyed_reversed = getattr(running, "keyed_reversed", None)
+    victims: _Victims | None = None
+    rank: Any = None
 
     def below(victim_id: str) -> bool:
         return bool(key(victim_id) > rank)
 
-    for job_id in ranking.waiting:
-        if job_id in terminate:
+    def make_victims() -> _Victims:
+        if keyed_reversed is not None:
+            items: Iterator[tuple[Any, str]] = keyed_reversed()
+            if terminate:
+                items = ((k, j) for k, j in items if j not in terminate)
+            return _Victims(items, jobs, fitter, suspended, keyed=True)
+        ids: Iterator[str] = reversed(running)
+        if terminate:
+            ids = (j for j in ids if j not in terminate)
+        return _Victims(ids, jobs, fitter, suspended)
+
+    # A one-GPU job facing a full cluster whose lowest victim holds one GPU simply takes that GPU:
+    # ``fit`` must pick the only free GPU (fits take free GPUs), and a ``single_node`` promise says it
+    # will (the common LAS swap of one-GPU jobs; the same result as ``make_room``).
+    swap = fitter.single_node is not None
+    for rank, job_id in pairs:
+        if terminate and job_id in terminate:
             continue
-        rank = key(job_id)
-        if free.total <= 0:
-            lowest = victims.lowest()
-            if lowest is None or not preempt or not key(lowest) > rank:
-                break
         job = jobs[job_id]
         need = job.gpus_requested
+        if free.total <= 0:
+            if not preempt:
+                break
+            if victims is None:
+                victims = make_victims()
+            index = victims.lowest_index()
+            if index is None:
+                break
+            lowest = victims.ids[index]
+            if not (victims.keys[index] if victims.keyed else key(lowest)) > rank:
+                break
+            if swap and need == 1:
+                held = jobs[lowest].gpus
+                if len(held) == 1:
+                    victims.swap(index, held[0])
+                    launch[job_id] = held
+                    continue
         on_node = fitter.on_node(job, need) if need > 1 else 0
         gpus = fitter(job, need, on_node) if need <= free.total else None
         if gpus is None and preempt:
+            if victims is None:
+                victims = make_victims()
             gpus, _ = victims.make_room(job, need, on_node, below)
             if gpus is not None:
                 launch[job_id] = gpus
@@ -710,7 +789,16 @@ class _Allocation(Mapping[str, tuple[int, ...]]):
         self._ranking = ranking
         self._jobs = jobs
         self._launch = launch
-        self._gone = set(suspended) | set(ranking.terminate)
+        self._suspended = suspended
+        self._gone_set: set[str] | None = None
+
+    @property
+    def _gone(self) -> set[str]:
+        # Built on first use: the simulator and the services apply ``Placement.plan`` and never read
+        # the allocation, so most rounds need not pay for it.
+        if self._gone_set is None:
+            self._gone_set = set(self._suspended) | set(self._ranking.terminate)
+        return self._gone_set
 
     def __getitem__(self, job_id: str) -> tuple[int, ...]:
         gpus = self._launch.get(job_id)

@@ -227,22 +227,31 @@ class ClusterState:
 
     # --- mutation: owner only -------------------------------------------------------------
     def assign(self, job_id: str, gpu_ids: Iterable[int]) -> None:
+        gpu_jobs = self.gpu_jobs
         for g in gpu_ids:
-            held = self.gpu_jobs[g]
-            if job_id in held:
-                raise ValueError(f"job {job_id} already holds GPU {g}")
+            held = gpu_jobs[g]
             if not held:
                 self._free_count -= 1
                 self._free_on_node[self._gpu_node[g]].discard(g)
-            self.gpu_jobs[g] = (*held, job_id)
+                gpu_jobs[g] = (job_id,)
+            elif job_id in held:
+                raise ValueError(f"job {job_id} already holds GPU {g}")
+            else:
+                gpu_jobs[g] = (*held, job_id)
 
     def release(self, job_id: str, gpu_ids: Iterable[int]) -> None:
+        gpu_jobs = self.gpu_jobs
         for g in gpu_ids:
-            held = self.gpu_jobs[g]
+            held = gpu_jobs[g]
+            if len(held) == 1 and held[0] == job_id:  # the common case: the job held it alone
+                gpu_jobs[g] = ()
+                self._free_count += 1
+                self._free_on_node[self._gpu_node[g]].add(g)
+                continue
             if job_id not in held:
                 raise ValueError(f"job {job_id} does not hold GPU {g}")
-            rest = () if len(held) == 1 else tuple(j for j in held if j != job_id)
-            self.gpu_jobs[g] = rest
+            rest = tuple(j for j in held if j != job_id)
+            gpu_jobs[g] = rest
             if not rest:
                 self._free_count += 1
                 self._free_on_node[self._gpu_node[g]].add(g)

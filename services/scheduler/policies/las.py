@@ -26,6 +26,8 @@ from services.core.protocols import Trigger
 from services.core.registry import SCHEDULING
 from services.core.state import ClusterState, JobState, JobStatus
 
+_QUEUED = JobStatus.QUEUED
+
 BLOX_STARVATION_S = 3600.0 * 1000.0
 """Blox's ``priority_thresh``: a job waiting this long gets priority over all others."""
 
@@ -51,16 +53,16 @@ class Las:
         return job.longest_wait_s >= limit or job.current_wait_s(now) >= limit
 
     def sort_key(self, job: JobState, now: float) -> tuple[Any, ...]:
-        # ``promoted`` inlined: this runs for every job that changes state in a simulation.
+        # ``promoted`` inlined: this runs for every job that changes state in a simulation. With
+        # ``limit > 0``, ``max(0, now - since) >= limit`` is ``now - since >= limit``.
         limit = self.starvation_s
-        promoted = limit is not None and (
-            job.longest_wait_s >= limit
-            or (
-                job.status is JobStatus.QUEUED
-                and job.queued_since is not None
-                and max(0.0, now - job.queued_since) >= limit
-            )
-        )
+        if limit is None:
+            promoted = False
+        elif job.longest_wait_s >= limit:
+            promoted = True
+        else:
+            since = job.queued_since
+            promoted = since is not None and job.status is _QUEUED and now - since >= limit
         return (0 if promoted else 1, job.attained_service, job.submit_time, job.seq)
 
     def key_parts(self, job: JobState) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -75,7 +77,7 @@ class Las:
         since = job.queued_since
         if limit is None or since is None or job.longest_wait_s >= limit:
             return math.inf
-        if job.status is JobStatus.QUEUED and max(0.0, now - since) >= limit:
+        if job.status is _QUEUED and now - since >= limit:
             return math.inf  # promoted already
         return since + limit
 
