@@ -161,6 +161,10 @@ class Simulator:
         self._held: list[JobState] = []
         self._new: list[JobState] = []
         self._events: list[tuple[float, int, str, int]] = []
+        self._phantoms: list[float] = []
+        """Times of completion events gone stale (the job was suspended or resized since), moved out
+        of ``_events`` in bulk (``_push_event``). A stale event still wakes the loop at its time, as
+        it always has (which can start a round); a heap of bare times costs less than carrying it."""
         self._event_seq = 0
         self._busy_until = [0.0] * cluster.total_gpus
         self._changed = False
@@ -198,11 +202,14 @@ class Simulator:
         on_arrival = self._on_arrival
         timer = self._timer
         pop = heapq.heappop
+        phantoms = self._phantoms
         completed = JobStatus.COMPLETED
         while True:
             if round_at < INF and not (active or self._held or self._new):
                 round_at = INF  # an empty system needs no round until something arrives
             t = events[0][0] if events else INF
+            if phantoms and phantoms[0] < t:
+                t = phantoms[0]
             if upcoming is not None and upcoming.arrival_s < t:
                 t = upcoming.arrival_s
             t = min(t, round_at)
@@ -220,6 +227,12 @@ class Simulator:
                     round_at = t
                 elif timer and round_at == INF:
                     round_at = _tick_at_or_after(t, round_s)
+            while phantoms and phantoms[0] <= t:  # what a stale event did in the loop above
+                pop(phantoms)
+                if on_completion:
+                    round_at = t
+                elif timer and round_at == INF:
+                    round_at = _tick_at_or_after(t, round_s)
             while upcoming is not None and upcoming.arrival_s <= t:
                 self._arrive(upcoming, t)
                 upcoming = next(workload, None)
@@ -232,6 +245,7 @@ class Simulator:
                 round_at = self._next_round(t, ran, round_s)
                 if (
                     not events
+                    and not phantoms
                     and upcoming is None
                     and not running
                     and (active or self._held)
@@ -384,7 +398,28 @@ class Simulator:
         left = job.work_s - job.done0
         finish = job.productive_from + (left if left > 0.0 else 0.0) / job.rate
         self._event_seq += 1
-        heapq.heappush(self._events, (finish, self._event_seq, job_id, job.version))
+        events = self._events
+        heapq.heappush(events, (finish, self._event_seq, job_id, job.version))
+        if len(events) > 2 * len(self._running) + 256:
+            self._split_stale()
+
+    def _split_stale(self) -> None:
+        """Move the stale completion events (every suspension leaves one) out of the event heap,
+        keeping their times in ``_phantoms``: the live events' heap stays the size of the running set.
+        Nothing else changes: the loop still stops at every stale event's time."""
+        events = self._events
+        jobs = self._jobs
+        live = []
+        phantoms = self._phantoms
+        for event in events:
+            job = jobs.get(event[2])
+            if job is not None and job.version == event[3]:
+                live.append(event)
+            else:
+                phantoms.append(event[0])
+        heapq.heapify(phantoms)
+        heapq.heapify(live)
+        events[:] = live
 
     def _release(self, job: SimJobState, t: float, *, checkpoint: bool) -> None:
         out = self.out
@@ -472,7 +507,9 @@ class Simulator:
         else:
             ranking = self.scheduling.rank(active, cluster, t)
         target = self.placement.place(ranking, active, cluster, t)
-        plan = diff_plan(target, ranking, active)
+        plan = target.plan
+        if plan is None or ranking.terminate or plan.terminate:  # else diff_plan would return the hint as is
+            plan = diff_plan(target, ranking, active)
         if before is not None and snapshot_inputs(active, cluster) != before:
             raise InvariantError(f"a policy mutated its inputs during the round at t={t}")
         return self._apply(plan, t)

@@ -71,7 +71,7 @@ class FreeIndex(dict[int, set[int]]):
         buckets: list[list[int]] = [[] for _ in range(cluster.largest_node_gpus + 1)]
         if cluster.free_gpu_count:
             super().__init__(cluster.free_by_node())
-            nodes = sorted(self)
+            nodes = list(self)  # ``free_by_node`` lists nodes in cluster order
             for node in nodes:
                 buckets[len(self[node])].append(node)
         else:  # a full cluster (the usual state of a busy one): nothing to scan

@@ -210,7 +210,8 @@ class ClusterState:
         return sorted(self._free_on_node[self._node_index[node_id]])
 
     def free_by_node(self) -> dict[int, set[int]]:
-        """A fresh ``{node position: set of free GPU ids}`` for nodes with at least one free GPU.
+        """A fresh ``{node position: set of free GPU ids}`` for nodes with at least one free GPU, in
+        cluster order.
 
         Costs time proportional to the free GPUs, not to the cluster size; the caller may mutate
         the result (placement policies use it as their scratch copy).

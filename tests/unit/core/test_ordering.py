@@ -8,10 +8,10 @@ import pytest
 
 from services.core.decisions import Ranking
 from services.core.ordering import KeyedOrder
-from services.core.placing import place_in_order
+from services.core.placing import Fit, SingleNode, place_in_order
 from services.core.state import ClusterState, JobState, JobStatus
-from services.placement.policies.consolidated import consolidated_fit
-from services.placement.policies.first_free import first_free_fit
+from services.placement.policies.consolidated import consolidated_fit, consolidated_single_node
+from services.placement.policies.first_free import first_free_fit, first_free_single_node
 from services.scheduler.policies.fifo import Fifo
 from services.scheduler.policies.las import Las
 from tests.unit.policies.builders import job
@@ -24,13 +24,15 @@ def _line(job_: JobState) -> tuple[float, float]:
     return job_.attained_service - len(job_.gpus) * NOW, NOW - 1.0
 
 
-def _scenario(seed: int, nodes: int = 4, per_node: int = 4) -> tuple[dict[str, JobState], ClusterState]:
+def _scenario(
+    seed: int, nodes: int = 4, per_node: int = 4, *, one_gpu: bool = False
+) -> tuple[dict[str, JobState], ClusterState]:
     rng = random.Random(seed)
     cluster = ClusterState.uniform(nodes, per_node)
     jobs: dict[str, JobState] = {}
     free = list(range(nodes * per_node))
     for i in range(rng.randint(3, 30)):
-        gpus = rng.choice((1, 1, 2, 4))
+        gpus = 1 if one_gpu else rng.choice((1, 1, 2, 4))
         service = float(rng.choice((0, 100, 100, 300, 1200)))
         state = job(f"j{i}", gpus=gpus, submit=float(rng.randint(0, 5)), seq=i, service=service)
         if rng.random() < 0.5 and len(free) >= gpus:
@@ -55,6 +57,8 @@ def _keyed(policy: Fifo | Las, jobs: dict[str, JobState], grouped: bool) -> Keye
 
 
 POLICIES = [Fifo(), Las(), Las(starvation_s=500.0)]
+consolidated = (consolidated_fit, consolidated_single_node)
+first_free = (first_free_fit, first_free_single_node)
 
 
 @pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "resorted"])
@@ -76,6 +80,26 @@ def test_views_equal_rank(policy: Fifo | Las, grouped: bool, seed: int) -> None:
     assert ranking.order[0] == expected[0]
 
 
+@pytest.mark.parametrize("one_gpu", [True, False], ids=["one-gpu", "mixed"])
+@pytest.mark.parametrize("grouped", [True, False], ids=["grouped", "resorted"])
+@pytest.mark.parametrize("policy", POLICIES, ids=["fifo", "las", "las-starvation"])
+@pytest.mark.parametrize("seed", range(15))
+def test_keyed_views_hand_out_the_sort_keys(policy: Fifo | Las, grouped: bool, one_gpu: bool, seed: int) -> None:
+    jobs, cluster = _scenario(seed, one_gpu=one_gpu)
+    expected = list(policy.rank(jobs, cluster, NOW).order)
+    ranking = _keyed(policy, jobs, grouped).ranking(jobs, NOW)
+    waiting = ranking.waiting
+    running = ranking.running
+    assert waiting is not None
+    assert running is not None
+    items = list(waiting.keyed_items())  # type: ignore[attr-defined]
+    assert [j for _, j in items] == [j for j in expected if not jobs[j].is_running]
+    assert [k for k, _ in items] == [policy.sort_key(jobs[j], NOW) for _, j in items]
+    lowest_first = list(running.keyed_reversed())  # type: ignore[attr-defined]
+    assert [j for _, j in lowest_first] == [j for j in reversed(expected) if jobs[j].is_running]
+    assert [k for k, _ in lowest_first] == [policy.sort_key(jobs[j], NOW) for _, j in lowest_first]
+
+
 @pytest.mark.parametrize("fit", [consolidated_fit, first_free_fit], ids=["consolidated", "first-free"])
 @pytest.mark.parametrize("policy", POLICIES, ids=["fifo", "las", "las-starvation"])
 @pytest.mark.parametrize("seed", range(25))
@@ -87,6 +111,25 @@ def test_two_pointer_walk_equals_full_walk(policy: Fifo | Las, fit: object, seed
     assert fast.plan is not None
     assert dict(fast.plan.launch) == dict(full.plan.launch)
     assert sorted(fast.plan.suspend) == sorted(full.plan.suspend)
+    assert dict(fast.allocation) == dict(full.allocation)
+
+
+@pytest.mark.parametrize("fit", [consolidated, first_free], ids=["consolidated", "first-free"])
+@pytest.mark.parametrize("policy", POLICIES, ids=["fifo", "las", "las-starvation"])
+@pytest.mark.parametrize("seed", range(25))
+def test_one_gpu_swaps_equal_full_walk(policy: Fifo | Las, fit: tuple[Fit, SingleNode], seed: int) -> None:
+    """One-GPU jobs on a full cluster: the two-pointer walk's direct swap (a waiting job takes the
+    lowest victim's GPU) gives the plan of the full walk, victim by victim."""
+    jobs, cluster = _scenario(seed, nodes=2, per_node=4, one_gpu=True)
+    fit_rule, single_node = fit
+    full = place_in_order(policy.rank(jobs, cluster, NOW), jobs, cluster, fit_rule, single_node=single_node)
+    fast = place_in_order(
+        _keyed(policy, jobs, True).ranking(jobs, NOW), jobs, cluster, fit_rule, single_node=single_node
+    )
+    assert full.plan is not None
+    assert fast.plan is not None
+    assert dict(fast.plan.launch) == dict(full.plan.launch)
+    assert list(fast.plan.suspend) == list(full.plan.suspend)
     assert dict(fast.allocation) == dict(full.allocation)
 
 
