@@ -208,11 +208,18 @@ class Simulator:
             if round_at < INF and not (active or self._held or self._new):
                 round_at = INF  # an empty system needs no round until something arrives
             t = events[0][0] if events else INF
-            if phantoms and phantoms[0] < t:
-                t = phantoms[0]
             if upcoming is not None and upcoming.arrival_s < t:
                 t = upcoming.arrival_s
             t = min(t, round_at)
+            if phantoms and phantoms[0] < t:
+                if round_at < INF and not on_completion and not debug:
+                    # Stale events before anything else happens: waking at each would only move
+                    # the clock (a round is already due, so they cannot schedule one).
+                    limit = min(t, max_time)
+                    while phantoms and phantoms[0] < limit:
+                        now = pop(phantoms)
+                if phantoms and phantoms[0] < t:
+                    t = phantoms[0]
             if t == INF or t > max_time:
                 break
             now = t
