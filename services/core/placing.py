@@ -357,11 +357,6 @@ class _Victims:
                 return None
         return index
 
-    def lowest(self) -> str | None:
-        """The lowest-ranked alive victim."""
-        index = self._at(0)
-        return None if index is None else self._ids[index]
-
     def lowest_index(self) -> int | None:
         """The index of the lowest-ranked alive victim (its id is ``ids[index]``)."""
         index = self._low
