@@ -161,10 +161,6 @@ class Simulator:
         self._held: list[JobState] = []
         self._new: list[JobState] = []
         self._events: list[tuple[float, int, str, int]] = []
-        self._phantoms: list[float] = []
-        """Times of completion events gone stale (the job was suspended or resized since), moved out
-        of ``_events`` in bulk (``_push_event``). A stale event still wakes the loop at its time, as
-        it always has (which can start a round); a heap of bare times costs less than carrying it."""
         self._event_seq = 0
         self._busy_until = [0.0] * cluster.total_gpus
         self._changed = False
@@ -202,24 +198,20 @@ class Simulator:
         on_arrival = self._on_arrival
         timer = self._timer
         pop = heapq.heappop
-        phantoms = self._phantoms
         completed = JobStatus.COMPLETED
         while True:
             if round_at < INF and not (active or self._held or self._new):
                 round_at = INF  # an empty system needs no round until something arrives
+            while events:  # a stale completion (the job was suspended or resized since) is no event
+                head = events[0]
+                job = jobs.get(head[2])
+                if job is not None and job.version == head[3]:
+                    break
+                pop(events)
             t = events[0][0] if events else INF
             if upcoming is not None and upcoming.arrival_s < t:
                 t = upcoming.arrival_s
             t = min(t, round_at)
-            if phantoms and phantoms[0] < t:
-                if round_at < INF and not on_completion and not debug:
-                    # Stale events before anything else happens: waking at each would only move
-                    # the clock (a round is already due, so they cannot schedule one).
-                    limit = min(t, max_time)
-                    while phantoms and phantoms[0] < limit:
-                        now = pop(phantoms)
-                if phantoms and phantoms[0] < t:
-                    t = phantoms[0]
             if t == INF or t > max_time:
                 break
             now = t
@@ -227,15 +219,10 @@ class Simulator:
             while events and events[0][0] <= t:
                 _, _, job_id, version = pop(events)
                 job = jobs.get(job_id)
-                if job is not None and job.version == version:  # else stale: suspended or resized since
-                    out.events += 1
-                    self._end(job, t, completed)
-                if on_completion:
-                    round_at = t
-                elif timer and round_at == INF:
-                    round_at = _tick_at_or_after(t, round_s)
-            while phantoms and phantoms[0] <= t:  # what a stale event did in the loop above
-                pop(phantoms)
+                if job is None or job.version != version:
+                    continue  # stale
+                out.events += 1
+                self._end(job, t, completed)
                 if on_completion:
                     round_at = t
                 elif timer and round_at == INF:
@@ -252,7 +239,6 @@ class Simulator:
                 round_at = self._next_round(t, ran, round_s)
                 if (
                     not events
-                    and not phantoms
                     and upcoming is None
                     and not running
                     and (active or self._held)
@@ -380,6 +366,10 @@ class Simulator:
         for g in gpus:
             held = busy[g]
             start = max(start, held)
+        preempted_at = job.last_preempt_time
+        if preempted_at is not None:
+            # Its own checkpoint must be written before it can be restored, on whatever GPUs.
+            start = max(start, preempted_at + job.checkpoint_s)
         n = len(gpus)
         overhead = 0.0
         if job.preemptions > 0 or job.done0 > 0:
@@ -411,20 +401,15 @@ class Simulator:
             self._split_stale()
 
     def _split_stale(self) -> None:
-        """Move the stale completion events (every suspension leaves one) out of the event heap,
-        keeping their times in ``_phantoms``: the live events' heap stays the size of the running set.
-        Nothing else changes: the loop still stops at every stale event's time."""
+        """Drop the stale completion events (every suspension leaves one) from the event heap, so
+        that it stays the size of the running set."""
         events = self._events
         jobs = self._jobs
         live = []
-        phantoms = self._phantoms
         for event in events:
             job = jobs.get(event[2])
             if job is not None and job.version == event[3]:
                 live.append(event)
-            else:
-                phantoms.append(event[0])
-        heapq.heapify(phantoms)
         heapq.heapify(live)
         events[:] = live
 

@@ -89,14 +89,15 @@ def test_a_job_wider_than_a_server_gets_its_turn_under_overload() -> None:
 def test_defragmentation_migrates_a_lone_job_to_a_busier_server() -> None:
     # two servers of 4: jobs 0-3 fill server 0 (affinity 1), job 4 takes server 1 alone. When job 0
     # ends, server 1 (3 unhomed GPUs >= threshold 3) is emptied: job 4 migrates to GPU 0, paying
-    # a checkpoint on its old GPU and a resume on the new one (10 s + 30 s lost, 30 s later finish),
-    # and server 1 is left idle for a 4-GPU job.
+    # a checkpoint on its old GPU and a resume on the new one (10 s + 30 s lost; it restores only
+    # once its checkpoint is written, so it finishes 40 s later), and server 1 is left idle for a
+    # 4-GPU job.
     jobs = [TraceJob(i, 0.0, 1, 100.0 if i == 0 else 3600.0) for i in range(5)]
     sim = simulate(jobs, 2)
     assert sim.migrations == 1
     assert sim.out.all_preemptions == 1
     assert sim.out.all_lost_gpu_s == pytest.approx(40.0)
-    assert sim.out.end_time == pytest.approx(3600.0 + 30.0)
+    assert sim.out.end_time == pytest.approx(3600.0 + 10.0 + 30.0)
     # without defragmentation nothing moves
     still = simulate(jobs, 2, defrag_threshold=None)
     assert still.migrations == 0

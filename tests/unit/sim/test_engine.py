@@ -165,3 +165,35 @@ def test_trace_job_validation() -> None:
         tj(0, 0.0, 10.0, gpus=0)
     with pytest.raises(WorkloadError, match="positive"):
         tj(0, 0.0, math.nan)
+
+
+def test_a_stale_completion_is_no_event() -> None:
+    # LAS, rounds on the timer and on completions, every round through rank() (no fast-path skips).
+    # A (250 s) starts at 0; B arrives at 50 and preempts A at 100; B ends at 200 and A resumes.
+    # A's first completion event (t=250) went stale when it was suspended: it must not start a
+    # round (rounds at 0, 100, 200, 300 on the timer and 350 on A's completion; none at 250) nor
+    # count as an event.
+    out = simulate([tj(0, 0.0, 250.0), tj(1, 50.0, 100.0)], scheduler="las",
+                   extra_triggers=Trigger.COMPLETION, fast_paths=False)
+    assert sorted(out.jct) == [150.0, 350.0]
+    assert out.rounds == 5
+    assert out.events == 4  # two arrivals, two completions
+
+
+def test_a_preempted_job_restores_only_after_its_own_checkpoint() -> None:
+    costs = CostModel(models={}, default=ModelCosts(checkpoint_s=40.0, restore_s=5.0, relaunch_s=5.0))
+    # Three 1-GPU nodes. A (1000 s), D (110 s) and F (115 s) start at 0; C (500 s) arrives at 50.
+    # Round 100 (LAS): C has no service, so the lowest of the three (F, the latest) is suspended and
+    # checkpoints on its GPU until 140, where C then starts. D ends at 110; the completion round gives
+    # F D's GPU at once, but F can restore only after its own checkpoint is written (140), then takes
+    # 10 s to restore and relaunch and does its last 15 s: it ends at 165, not at 110 + 10 + 15 = 135.
+    out = Simulator(
+        [tj(0, 0.0, 1000.0), tj(1, 0.0, 110.0), tj(2, 0.0, 115.0), tj(3, 50.0, 500.0)],
+        ClusterState.uniform(3, 1),
+        admission=ADMISSION.create("accept-all"),
+        scheduling=SCHEDULING.create("las"),
+        placement=PLACEMENT.create("first-free"),
+        config=SimConfig(round_s=100.0, costs=costs, debug=True, extra_triggers=Trigger.COMPLETION),
+    ).run()
+    assert out.all_preemptions == 1
+    assert sorted(out.jct)[:2] == [110.0, 165.0]
