@@ -34,6 +34,10 @@ CHECKPOINT_S = 1.0
 MARGIN_S = 2.0
 """Allowed beyond the grace period: the round, the grant and the TE process's start."""
 
+SAME_ROUND_S = 1.0
+"""Jobs granted in one round start their processes in any order within milliseconds; rounds are 5 s
+apart. "Resumes before queued" means: never in a later round than ``queued``."""
+
 ITERATIONS = {"long": 300, "victim": 140, "queued": 30, "te": 30, "te2": 30}
 """At 0.05 s an iteration: long 15 s, victim 7 s, queued and the TE jobs 1.5 s."""
 
@@ -110,12 +114,12 @@ async def test_te_job_preempts_the_fitgpp_victim_within_its_grace_period(tmp_pat
     assert resumed["from"] == stopped[0]["at"] > 0
     te_done = events(logs["te"], "finished")[0]["t"]
     queued_start = events(logs["queued"], "start")[0]["t"]
-    assert te_done <= resumed["t"] < queued_start, (te_done, resumed["t"], queued_start)
+    assert te_done <= resumed["t"] < queued_start + SAME_ROUND_S, (te_done, resumed["t"], queued_start)
     # The second TE job: within long's grace period; long, preempted, also resumes before queued.
     assert te2_start - live.submitted[ids["te2"]] < GRACE_LONG_S + MARGIN_S
     long_runs = events(logs["long"], "start")
     assert len(long_runs) == 2, long_runs
-    assert long_runs[1]["t"] < queued_start
+    assert long_runs[1]["t"] < queued_start + SAME_ROUND_S, (long_runs[1]["t"], queued_start)
 
     # Nothing lost or run twice; the jobs never preempted ran in one process each.
     for name, count in ITERATIONS.items():
