@@ -14,36 +14,23 @@ with a cluster-wide placement it is cluster-wide round robin. Triggers: timer an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
-from services.core.decisions import Ranking
-from services.core.protocols import Trigger
 from services.core.registry import SCHEDULING
-from services.core.state import ClusterState, JobState
-from services.scheduler.policies.time_slicing import check_quantum, protected
+from services.core.state import JobState
+from services.scheduler.policies.time_slicing import QuantumRanking
 
 
 @SCHEDULING.register("rr")
-class RoundRobin:
+class RoundRobin(QuantumRanking):
     """Protected running jobs, then everyone by the time they joined the queue."""
 
     name: ClassVar[str] = "rr"
-    triggers: ClassVar[Trigger] = Trigger.TIMER | Trigger.CHURN
 
-    def __init__(self, *, quantum_s: float = 30.0) -> None:
-        self.quantum_s = check_quantum(quantum_s)
-
-    def key(self, job: JobState, now: float) -> tuple[int, float, int, float, int]:
-        if protected(job, now, self.quantum_s):
-            return (0, 0.0, 0, job.submit_time, job.seq)
+    def order_key(self, job: JobState, now: float) -> tuple[float, int]:
         if job.is_running:
-            return (1, now, 1, job.submit_time, job.seq)
+            return (now, 1)  # its quantum is over: it rejoins the tail now, behind every waiting job
         joined = job.queued_since
         if joined is None:
             joined = job.last_preempt_time if job.last_preempt_time is not None else job.submit_time
-        return (1, joined, 0, job.submit_time, job.seq)
-
-    def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
-        key = self.key
-        return Ranking(order=tuple(j.job_id for j in sorted(jobs.values(), key=lambda j: key(j, now))))
+        return (joined, 0)

@@ -16,33 +16,20 @@ own normalized-quality-improvement prediction is not modelled. Triggers: timer a
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import ClassVar
 
-from services.core.decisions import Ranking
-from services.core.protocols import Trigger
 from services.core.registry import SCHEDULING
-from services.core.state import ClusterState, JobState
-from services.scheduler.policies.time_slicing import check_quantum, protected
+from services.core.state import JobState
+from services.scheduler.policies.time_slicing import QuantumRanking
 
 
 @SCHEDULING.register("slaq")
-class Slaq:
+class Slaq(QuantumRanking):
     """Protected running jobs, then highest latest loss first."""
 
     name: ClassVar[str] = "slaq"
-    triggers: ClassVar[Trigger] = Trigger.TIMER | Trigger.CHURN
 
-    def __init__(self, *, quantum_s: float = 30.0) -> None:
-        self.quantum_s = check_quantum(quantum_s)
-
-    def key(self, job: JobState, now: float) -> tuple[int, float, int, float, int]:
-        if protected(job, now, self.quantum_s):
-            return (0, 0.0, 0, job.submit_time, job.seq)
+    def order_key(self, job: JobState, now: float) -> tuple[float, int]:
         loss = job.loss
         priority = -math.inf if loss is None or not math.isfinite(loss) else -loss
-        return (1, priority, 0 if job.is_running else 1, job.submit_time, job.seq)
-
-    def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
-        key = self.key
-        return Ranking(order=tuple(j.job_id for j in sorted(jobs.values(), key=lambda j: key(j, now))))
+        return (priority, 0 if job.is_running else 1)

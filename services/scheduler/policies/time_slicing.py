@@ -22,7 +22,14 @@ rounds as long as the quantum (``round_s = quantum_s``, the intended setting) th
 
 from __future__ import annotations
 
-from services.core.state import JobState
+from collections.abc import Mapping
+from typing import ClassVar
+
+from services.core.decisions import Ranking
+from services.core.protocols import Trigger
+from services.core.state import ClusterState, JobState
+
+Key = tuple[int, float, int, float, int]
 
 EPS = 1e-9
 
@@ -43,3 +50,29 @@ def check_quantum(quantum_s: float) -> float:
     if not quantum_s > 0:
         raise ValueError(f"quantum_s must be > 0 seconds, got {quantum_s}")
     return float(quantum_s)
+
+
+class QuantumRanking:
+    """A time-slicing ranking: protected running jobs first, then the others by ``order_key``.
+
+    Subclasses (``rr``, ``slaq``) give ``name`` and ``order_key(job, now)``, the ``(float, int)``
+    middle of the key; ties go to submit time, then ``seq``. Triggers: timer and churn."""
+
+    name: ClassVar[str]
+    triggers: ClassVar[Trigger] = Trigger.TIMER | Trigger.CHURN
+
+    def __init__(self, *, quantum_s: float = 30.0) -> None:
+        self.quantum_s = check_quantum(quantum_s)
+
+    def order_key(self, job: JobState, now: float) -> tuple[float, int]:
+        raise NotImplementedError
+
+    def key(self, job: JobState, now: float) -> Key:
+        if protected(job, now, self.quantum_s):
+            return (0, 0.0, 0, job.submit_time, job.seq)
+        primary, secondary = self.order_key(job, now)
+        return (1, primary, secondary, job.submit_time, job.seq)
+
+    def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
+        key = self.key
+        return Ranking(order=tuple(j.job_id for j in sorted(jobs.values(), key=lambda j: key(j, now))))
