@@ -31,6 +31,17 @@ class Options:
     workers: int = 1
     """Processes for independent simulation cases (``roundhouse.sim.sweep.run_cases``)."""
 
+    def command_line(self, name: str, *, program: str = "roundhouse reproduce") -> str:
+        """The command that reruns reproduction ``name`` with these options (flags at defaults left out)."""
+        parts = [f"{program} {name}"]
+        if self.quick:
+            parts.append("--quick")
+        if self.seed:
+            parts.append(f"--seed {self.seed}")
+        if self.workers > 1:
+            parts.append(f"--workers {self.workers}")
+        return " ".join(parts)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Metric:

@@ -197,17 +197,6 @@ def _mean_of(results: Iterable[dict[str, Any]], key: str) -> float:
     return mean(values) if values else math.nan
 
 
-def _command(name: str, options: Options) -> str:
-    parts = [f"roundhouse reproduce {name}"]
-    if options.quick:
-        parts.append("--quick")
-    if options.seed:
-        parts.append(f"--seed {options.seed}")
-    if options.workers > 1:
-        parts.append(f"--workers {options.workers}")
-    return " ".join(parts)
-
-
 # --- blox-admission (§5.1) ------------------------------------------------------------------------
 
 ADMISSION_RATE = 8.0
@@ -286,7 +275,7 @@ def blox_admission(options: Options) -> ReproResult:
         name="blox-admission",
         title="Blox Figs. 12-13: LAS with load-threshold admission vs accept-all",
         source=f"{SOURCE}, §5.1, Figs. 12-13",
-        command=_command("blox-admission", options),
+        command=options.command_line("blox-admission"),
         options=options,
         metrics=metrics,
         details={"scale": _scale_json(scale, ADMISSION_RATE), "summary": summary, "runs": results},
@@ -372,7 +361,7 @@ def blox_loss_termination(options: Options) -> ReproResult:
         name="blox-loss-termination",
         title="Blox Fig. 16: loss-based termination with FIFO at 7 jobs/h",
         source=f"{SOURCE}, §5.3, Fig. 16",
-        command=_command("blox-loss-termination", options),
+        command=options.command_line("blox-loss-termination"),
         options=options,
         metrics=metrics,
         details={
@@ -507,7 +496,7 @@ def blox_policies(options: Options) -> ReproResult:
         name="blox-policies",
         title="Blox Figs. 6-7: FIFO vs Tiresias vs Optimus, avg JCT and responsiveness vs load",
         source=f"{SOURCE}, §4.2, Figs. 6-7",
-        command=_command("blox-policies", options),
+        command=options.command_line("blox-policies"),
         options=options,
         metrics=metrics,
         details={

@@ -266,13 +266,9 @@ def experiment(options: Options, *, num_jobs: int | None = None) -> ReproResult:
         "cases": {r["label"]: r for r in results},
         "rand_average": rand,
     }
-    command = "roundhouse reproduce fitgpp" + (" --quick" if options.quick else "") + f" --seed {options.seed}"
+    command = options.command_line("fitgpp")
     if num_jobs is not None:
-        command = (
-            f"python -m roundhouse.reproduce.fitgpp --num-jobs {num_jobs}"
-            + (" --quick" if options.quick else "")
-            + f" --seed {options.seed} --workers {options.workers}"
-        )
+        command = options.command_line(f"--num-jobs {num_jobs}", program="python -m roundhouse.reproduce.fitgpp")
     return ReproResult(
         name="fitgpp",
         title=f"FitGpp Fig. 1 ({size})",

@@ -148,9 +148,7 @@ def run(options: Options) -> ReproResult:
             for n in sizes for p in table[n]
         ],
     }
-    command = "roundhouse reproduce fulcrum" + (" --quick" if options.quick else "")
-    if options.seed:
-        command += f" --seed {options.seed}"
+    command = options.command_line("fulcrum")
     return ReproResult(
         name="fulcrum",
         title="Fulcrum Fig. 5: balls and bins, load-weighted random vs random and two choices",

@@ -329,8 +329,7 @@ def run(options: Options) -> ReproResult:
             note=f"{lg['avg_jct_s'] / 3600:.2f} h vs {lf['avg_jct_s'] / 3600:.2f} h",
         )
     wall = time.perf_counter() - started
-    command = "roundhouse reproduce gandiva" + (" --quick" if options.quick else "") + (
-        f" --seed {options.seed}" if options.seed else "")
+    command = options.command_line("gandiva")
     return ReproResult(
         name="gandiva",
         title="Gandiva: time to first feedback under overload vs FIFO, and cluster utilization",

@@ -289,8 +289,7 @@ def run(options: Options) -> ReproResult:
     reps = QUICK_REPETITIONS if options.quick else REPETITIONS
     return ReproResult(
         name=NAME, title=TITLE, source=SOURCE,
-        command=f"roundhouse reproduce {NAME}" + (" --quick" if options.quick else "")
-        + (f" --seed {options.seed}" if options.seed else ""),
+        command=options.command_line(NAME),
         options=options, metrics=metrics,
         details={"models": per_model, "repetitions": reps, "runs": rows},
         wall_s=time.perf_counter() - started,

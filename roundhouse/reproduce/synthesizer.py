@@ -260,12 +260,11 @@ def blox_synthesizer(options: Options) -> ReproResult:
         )
         details[f"{kind}_best_static"] = best_label
         details[f"{kind}_starved_statics"] = starved
-    flag = " --quick" if options.quick else ""
     return ReproResult(
         name="blox-synthesizer",
         title="Blox automatic scheduler synthesizer vs the best static policy",
         source="Blox (EuroSys '24) §5.2, Figs. 14-15",
-        command=f"roundhouse reproduce blox-synthesizer{flag} --seed {options.seed} --workers {options.workers}",
+        command=options.command_line("blox-synthesizer"),
         options=options,
         metrics=metrics,
         details=details,

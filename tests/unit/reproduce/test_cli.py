@@ -75,3 +75,10 @@ def test_registering_a_name_twice_is_an_error(toy: str) -> None:
 def test_relative_change_is_the_papers_percent_convention() -> None:
     assert relative_change_pct(85.0, 100.0) == pytest.approx(-15.0)
     assert relative_change_pct(1.0, 0.0) != relative_change_pct(1.0, 0.0)  # NaN: no baseline
+
+
+def test_command_line_names_only_the_options_that_differ_from_the_defaults() -> None:
+    assert Options().command_line("hermes") == "roundhouse reproduce hermes"
+    assert Options(quick=True, seed=3, workers=2).command_line("gandiva") == (
+        "roundhouse reproduce gandiva --quick --seed 3 --workers 2"
+    )
