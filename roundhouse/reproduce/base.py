@@ -12,9 +12,13 @@ run that. The full version is the one recorded in ``docs/reproductions.md``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class ReproductionError(RuntimeError):
@@ -123,6 +127,16 @@ def reproduction(name: str, *, title: str) -> Callable[[Runner], Runner]:
         return runner
 
     return register
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+    """``fn`` over ``items``, results in order; up to ``workers`` processes (in this one when 1).
+
+    ``fn`` and the items must be picklable (module-level functions, plain dataclasses)."""
+    if workers <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    with ProcessPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 def relative_change_pct(ours: float, baseline: float) -> float:

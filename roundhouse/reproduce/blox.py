@@ -54,12 +54,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
-from roundhouse.reproduce.base import Metric, Options, ReproResult, relative_change_pct, reproduction
+from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map, relative_change_pct, reproduction
 from roundhouse.sim.bursty import SpikedWorkload, daily_spike
 from roundhouse.sim.cluster import uniform_cluster
 from roundhouse.sim.converging import Converging, converges_early
@@ -182,10 +181,7 @@ def _avg(values: Sequence[float]) -> float | None:
 
 def run_all(runs: Sequence[Run], workers: int) -> list[dict[str, Any]]:
     """Results of ``runs`` in order, ``workers`` processes at a time."""
-    if workers <= 1 or len(runs) == 1:
-        return [simulate(run) for run in runs]
-    with ProcessPoolExecutor(max_workers=min(workers, len(runs))) as pool:
-        return list(pool.map(simulate, runs))
+    return parallel_map(simulate, runs, workers)
 
 
 def _seeds(options: Options, scale: Scale) -> range:

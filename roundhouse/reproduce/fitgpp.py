@@ -49,11 +49,10 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from roundhouse.reproduce.base import Metric, Options, ReproResult, relative_change_pct, reproduction
+from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map, relative_change_pct, reproduction
 from roundhouse.sim.costs import CostModel
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.report import summarize
@@ -155,11 +154,7 @@ def _run_one(args: tuple[Setup, PolicyCase]) -> dict[str, Any]:
 
 def run_all(setup: Setup, cases: Sequence[PolicyCase], workers: int) -> list[dict[str, Any]]:
     """Every case, in order; up to ``workers`` processes (each generates the workload itself)."""
-    jobs = [(setup, case) for case in cases]
-    if workers <= 1 or len(jobs) == 1:
-        return [_run_one(job) for job in jobs]
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-        return list(pool.map(_run_one, jobs))
+    return parallel_map(_run_one, [(setup, case) for case in cases], workers)
 
 
 def _stat(result: dict[str, Any], job_class: str, stat: str) -> float:

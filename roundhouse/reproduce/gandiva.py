@@ -62,11 +62,10 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from roundhouse.reproduce.base import Metric, Options, ReproResult, relative_change_pct, reproduction
+from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map, relative_change_pct, reproduction
 from roundhouse.sim.cluster import uniform_cluster
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.jobs import SimJobState
@@ -245,11 +244,7 @@ def run(options: Options) -> ReproResult:
     scale = QUICK if options.quick else FULL
     started = time.perf_counter()
     runs = _runs(options, scale)
-    if options.workers > 1:
-        with ProcessPoolExecutor(max_workers=options.workers) as pool:
-            rows = list(pool.map(run_one, runs))
-    else:
-        rows = [run_one(r) for r in runs]
+    rows = parallel_map(run_one, runs, options.workers)
     variants = {
         f"quantum_{q:g}s": _summary([r for r in rows if r["quantum_s"] == q]) for q in scale.quanta
     }

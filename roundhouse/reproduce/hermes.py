@@ -63,11 +63,10 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from roundhouse.reproduce.base import Metric, Options, ReproResult, reproduction
+from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map, reproduction
 from roundhouse.sim.costs import CostModel, ModelCosts
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.loss import Family, LossCurve, family, goal_loss
@@ -222,11 +221,7 @@ def _runs(options: Options) -> list[Run]:
 def run(options: Options) -> ReproResult:
     started = time.perf_counter()
     runs = _runs(options)
-    if options.workers > 1:
-        with ProcessPoolExecutor(max_workers=options.workers) as pool:
-            rows = list(pool.map(run_one, runs))
-    else:
-        rows = [run_one(r) for r in runs]
+    rows = parallel_map(run_one, runs, options.workers)
     models = [m for m in MODELS if any(r.model == m.name for r in runs)]
     metrics: dict[str, Metric] = {}
     per_model: dict[str, Any] = {}

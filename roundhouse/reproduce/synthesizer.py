@@ -48,11 +48,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from roundhouse.reproduce.base import Metric, Options, ReproResult, relative_change_pct, reproduction
+from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map, relative_change_pct, reproduction
 from roundhouse.sim.bursty import HOUR_S, SpikedWorkload, Spikes
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.forward import Retriggered
@@ -176,10 +175,7 @@ def run_one(run: Run) -> dict[str, Any]:
 
 def run_all(runs: Sequence[Run], workers: int) -> list[dict[str, Any]]:
     """Every run's result, in order; up to ``workers`` processes."""
-    if workers <= 1 or len(runs) <= 1:
-        return [run_one(r) for r in runs]
-    with ProcessPoolExecutor(max_workers=min(workers, len(runs))) as pool:
-        return list(pool.map(run_one, runs))
+    return parallel_map(run_one, runs, workers)
 
 
 def rank_statics(statics: Mapping[str, Mapping[str, Any]]) -> tuple[str, str, list[str]]:
