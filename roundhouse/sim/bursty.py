@@ -48,7 +48,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from itertools import count
 
-from roundhouse.sim.synthetic import BLOX_MODELS, GpuCounts, stream
+from roundhouse.sim.synthetic import BLOX_MODELS, GpuCounts, philly_duration_s, poisson_gap_s, stream
 from roundhouse.sim.workload import TraceJob, WorkloadError
 
 DAY_S = 86_400.0
@@ -111,7 +111,7 @@ class Spikes:
                 assert self.rate_per_hour is not None
                 now = start
                 while True:
-                    now += math.ceil(-math.log(1.0 - rng.random()) / self.rate_per_hour * HOUR_S)
+                    now += poisson_gap_s(rng, self.rate_per_hour)
                     if now >= end:
                         break
                     yield now
@@ -136,9 +136,7 @@ class Spikes:
     def _duration(self, rng: random.Random) -> float:
         if self.duration_range_s is not None:
             return rng.uniform(*self.duration_range_s)
-        if rng.random() >= 0.8:
-            return 60.0 * 10 ** rng.uniform(3.0, 4.0)
-        return 60.0 * 10 ** rng.uniform(1.5, 3.0)
+        return philly_duration_s(rng)
 
 
 def daily_spike(*, jobs: int = 16, offset_s: float = 12 * HOUR_S, gpu_counts: GpuCounts | None = None) -> Spikes:

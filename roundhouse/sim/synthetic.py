@@ -31,6 +31,19 @@ def stream(seed: int, name: str) -> random.Random:
     return random.Random(f"{seed}:{name}")
 
 
+def poisson_gap_s(rng: random.Random, jobs_per_hour: float) -> float:
+    """Blox's ``poisson_next_arrival_time``: an exponential inter-arrival in hours, rounded up to a
+    whole second."""
+    return math.ceil(-math.log(1.0 - rng.random()) / jobs_per_hour * 3600.0)
+
+
+def philly_duration_s(rng: random.Random) -> float:
+    """Blox's ``get_gavel_like_iter``: ``60 * 10**U(1.5, 3)`` s w.p. 0.8, else ``60 * 10**U(3, 4)`` s."""
+    if rng.random() >= 0.8:
+        return 60.0 * 10 ** rng.uniform(3.0, 4.0)
+    return 60.0 * 10 ** rng.uniform(1.5, 3.0)
+
+
 class GpuCounts:
     """A discrete distribution of GPUs per job, sampled by inverse CDF."""
 
@@ -107,11 +120,8 @@ class PhillySynthetic:
         now = 0.0
         indexes = count() if self.num_jobs is None else iter(range(self.num_jobs))
         for index in indexes:
-            now += math.ceil(-math.log(1.0 - arrivals.random()) / rate * 3600.0)
-            if durations.random() >= 0.8:
-                duration = 60.0 * 10 ** durations.uniform(3.0, 4.0)
-            else:
-                duration = 60.0 * 10 ** durations.uniform(1.5, 3.0)
+            now += poisson_gap_s(arrivals, rate)
+            duration = philly_duration_s(durations)
             yield TraceJob(
                 index=index,
                 arrival_s=now,

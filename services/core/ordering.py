@@ -37,13 +37,6 @@ ServiceLine = Callable[[JobState], tuple[float, float]]
 attained service is ``a + len(job.gpus) * now`` (owners that know how service evolves)."""
 
 
-def _entry(key: Key, job_id: str) -> list[Any]:
-    """A waiting job's heap entry ``[key, job_id, alive]``; lists compare in C, element by element,
-    and keys are total, so ``job_id`` and ``alive`` never take part in a comparison. ``alive`` is
-    cleared instead of removing the entry from the heap."""
-    return [key, job_id, True]
-
-
 class KeyedOrder:
     """The ranking of a ``SortKeyPolicy``, maintained as jobs arrive, start, stop and finish.
 
@@ -104,7 +97,10 @@ class KeyedOrder:
             entry[2] = False
             self._stale += 1
         policy = self._policy
-        entry = [policy.sort_key(job, now), job_id, True]  # see _entry
+        # [key, job_id, alive]: lists compare in C, element by element, and keys are total, so
+        # job_id and alive never take part in a comparison; alive is cleared instead of removing
+        # the entry from the heap.
+        entry = [policy.sort_key(job, now), job_id, True]
         waiting[job_id] = entry
         heapq.heappush(self._heap, entry)
         until = policy.key_stable_until(job, now)

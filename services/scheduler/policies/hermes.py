@@ -47,15 +47,13 @@ Triggers: timer (the quantum; run rounds every ``quantum_s``) and churn (arrival
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from itertools import pairwise
 from typing import ClassVar
 
-from services.core.decisions import Ranking
-from services.core.protocols import Trigger
 from services.core.registry import SCHEDULING
-from services.core.state import ClusterState, JobState
-from services.scheduler.policies.time_slicing import check_quantum, protected
+from services.core.state import JobState
+from services.scheduler.policies.time_slicing import QuantumRanking, check_quantum, protected
 
 Samples = Sequence[tuple[float, float]]
 
@@ -96,11 +94,13 @@ def convergence(history: Samples, quantum_s: float) -> float | None:
 
 
 @SCHEDULING.register("hermes")
-class Hermes:
-    """Protected running jobs, then the largest convergence ``C`` first (Eq. 2-4, Algorithm 3)."""
+class Hermes(QuantumRanking):
+    """Protected running jobs, then the largest convergence ``C`` first (Eq. 2-4, Algorithm 3).
+
+    Its own ``key``: each job's quantum grows with its loss milestones, and ``yield_at_quantum_end``
+    moves running jobs after waiting ones; ``rank`` and the triggers are ``QuantumRanking``'s."""
 
     name: ClassVar[str] = "hermes"
-    triggers: ClassVar[Trigger] = Trigger.TIMER | Trigger.CHURN
 
     def __init__(
         self,
@@ -145,7 +145,3 @@ class Hermes:
         c = self.convergence_of(job)
         group = 2 if job.is_running and self.yield_at_quantum_end else 1
         return (group, -math.inf if c is None else -c, 0 if job.is_running else 1, job.submit_time, job.seq)
-
-    def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
-        key = self.key
-        return Ranking(order=tuple(j.job_id for j in sorted(jobs.values(), key=lambda j: key(j, now))))
