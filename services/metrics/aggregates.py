@@ -55,6 +55,12 @@ class Quantum(BaseModel):
         return (self.max_loss + self.min_loss) / 2
 
 
+JOB_BUCKET = "job-metrics"
+"""The KV bucket holding one ``JobAggregate`` per job (written by the metrics service, read by the scheduler)."""
+JOB_BUCKET_TTL_S = 7 * 24 * 3600.0
+"""Default entry TTL: whichever service opens the bucket first creates it with this."""
+
+
 class JobAggregate(BaseModel):
     """One job's aggregated metrics: the JSON value of its key in the ``job-metrics`` bucket."""
 

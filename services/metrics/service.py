@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError
 from schemas.ids import TOKEN_PATTERN
 from schemas.metrics import JobMetrics, NodeMetrics
 from schemas.subjects import node_metrics
-from services.metrics.aggregates import FoldOptions, JobAggregate, fold
+from services.metrics.aggregates import JOB_BUCKET, JOB_BUCKET_TTL_S, FoldOptions, JobAggregate, fold
 from services.metrics.nvml import NvmlSampler
 from services.runtime.bus import Bus
 from services.runtime.config import ServiceConfig
@@ -35,7 +35,6 @@ from services.runtime.service import RoundhouseService
 
 log = logging.getLogger("roundhouse.metrics")
 
-JOB_BUCKET = "job-metrics"
 NODE_BUCKET = "node-metrics"
 QUEUE_GROUP = "metrics"
 _CAS_ATTEMPTS = 5
@@ -52,7 +51,7 @@ class MetricsConfig(ServiceConfig):
     max_quanta: int = Field(default=16, ge=2, le=10_000, description="Loss quanta kept per job.")
     max_buffered: int = Field(default=1000, ge=1, le=1_000_000, description="Samples buffered per job per flush.")
     kv_ttl_s: float = Field(
-        default=7 * 24 * 3600.0, gt=0, le=10**9, description="An entry expires this long after its last write."
+        default=JOB_BUCKET_TTL_S, gt=0, le=10**9, description="An entry expires this long after its last write."
     )
     nvml_node_id: str | None = Field(
         default=None, pattern=TOKEN_PATTERN, max_length=64, description="Sample this host's GPUs via NVML as this node."

@@ -10,25 +10,20 @@ gets ``iterations_done`` from the workers' facts at every stop.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 
+from pydantic import ValidationError
+
+from services.metrics.aggregates import JOB_BUCKET as BUCKET
+from services.metrics.aggregates import JOB_BUCKET_TTL_S as BUCKET_TTL_S
+from services.metrics.aggregates import JobAggregate
 from services.runtime.kv import KVEntry
 from services.scheduler.book import JobBook
 
 log = logging.getLogger("roundhouse.scheduler.metrics")
 
-BUCKET = "job-metrics"
-BUCKET_TTL_S = 7 * 24 * 3600.0
-"""The metrics service's default entry TTL: whichever service opens the bucket first creates it."""
 MAX_HISTORY = 512
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 def apply_metrics(book: JobBook, entry: KVEntry) -> bool:
@@ -39,29 +34,21 @@ def apply_metrics(book: JobBook, entry: KVEntry) -> bool:
     if job is None:
         return False
     try:
-        data = json.loads(entry.value)
-    except ValueError:
-        log.warning("job-metrics/%s is not JSON; ignored", entry.key)
-        return False
-    if not isinstance(data, dict):
+        aggregate = JobAggregate.model_validate_json(entry.value)
+    except ValidationError as exc:
+        log.warning("job-metrics/%s is not a job aggregate (%s); ignored", entry.key, exc.errors()[0]["msg"])
         return False
     state = job.state
-    loss = _number(data.get("loss"))
-    if loss is not None:
-        state.loss = loss
-    step = _number(data.get("iteration_time_s"))
-    if step is not None and step > 0:
+    if aggregate.loss is not None and math.isfinite(aggregate.loss):
+        state.loss = aggregate.loss
+    step = aggregate.iteration_time_s
+    if step is not None and math.isfinite(step) and step > 0:
         state.iteration_time_s = step
-    iteration = data.get("iteration")
-    if isinstance(iteration, int) and not isinstance(iteration, bool) and iteration > state.iterations_done:
-        state.iterations_done = iteration
-    history = data.get("loss_history")
-    if isinstance(history, list):
-        samples: list[tuple[float, float]] = []
-        for item in history[-MAX_HISTORY:]:
-            if isinstance(item, list | tuple) and len(item) == 2:
-                ts, value = _number(item[0]), _number(item[1])
-                if ts is not None and value is not None:
-                    samples.append((ts, value))
-        state.loss_history = samples
+    state.iterations_done = max(state.iterations_done, aggregate.iteration)
+    state.loss_history = [
+        (ts, loss) for ts, loss in aggregate.loss_history[-MAX_HISTORY:] if math.isfinite(ts) and math.isfinite(loss)
+    ]
     return True
+
+
+__all__ = ["BUCKET", "BUCKET_TTL_S", "MAX_HISTORY", "apply_metrics"]
