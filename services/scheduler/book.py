@@ -291,9 +291,11 @@ class JobBook:
         now: float,
         grace_deadline: float,
         message: str | None = None,
+        extra: JobChanges | None = None,
     ) -> Change:
         """Cancel (``CANCELLED``) or terminate (``COMPLETED``) a job: a waiting job ends now; a running
-        one gets its final status now and its lease is revoked (``change.revokes``)."""
+        one gets its final status now and its lease is revoked (``change.revokes``). ``extra`` columns
+        are written with the status."""
         entry = self.jobs.get(job_id)
         change = Change()
         if entry is None or entry.state.status.is_final:
@@ -302,9 +304,9 @@ class JobBook:
             change.then(lambda: setattr(entry, "reason", message))
         lease = entry.lease
         if lease is None:
-            change.update_job(entry, {"status": status, "finish_time": now, "queued_since": None})
+            change.update_job(entry, {"status": status, "finish_time": now, "queued_since": None, **(extra or {})})
         else:
-            change.update_job(entry, {"status": status})
+            change.update_job(entry, {"status": status, **(extra or {})})
             if lease.state is LeaseState.GRANTED:
                 self._revoking(change, lease, reason, grace_deadline)
         self._touch(change, entry)
@@ -490,19 +492,16 @@ class JobBook:
         final status.
         """
         entry = self.jobs.get(job_id)
-        change = Change()
-        if entry is None or entry.state.status.is_final or entry.lease is None:
-            return change
-        changes: JobChanges = {"status": JobStatus.COMPLETED, "finish_time": at, "queued_since": None}
+        if entry is None or entry.lease is None:
+            return Change()
+        changes: JobChanges = {"finish_time": at, "queued_since": None}
         if checkpoint is not None:
             changes["checkpoint_path"] = checkpoint
         if iterations is not None:
             changes["iterations_done"] = max(iterations, entry.state.iterations_done)
-        change.update_job(entry, changes)
-        if entry.lease.state is LeaseState.GRANTED:
-            self._revoking(change, entry.lease, RevokeReason.TERMINATE, grace_deadline)
-        self._touch(change, entry)
-        return change
+        return self.end(
+            job_id, JobStatus.COMPLETED, RevokeReason.TERMINATE, now=at, grace_deadline=grace_deadline, extra=changes
+        )
 
     def late_checkpoint(self, job_id: str, checkpoint: str | None, iterations: int | None) -> Change:
         """A suspension reported after the lease was already released: keep its newer checkpoint."""
