@@ -356,14 +356,21 @@ class SchedulerService(RoundhouseService):
             elif change.ops:
                 await self.store.submit(change.ops)
         except StaleWriteError as exc:
-            term = self._term
-            if term is not None:
-                self._spawn(term, self._step_down(exc), "step-down")
+            self._stale(exc)
             raise
+        self._landed(change)
+        return True
+
+    def _landed(self, change: Change) -> None:
+        """A change is in the store: apply it in memory and hand released leases to the executor."""
         change.commit()
         if change.released and self._term is not None:
             self._term.executor.released(change.released)
-        return True
+
+    def _stale(self, exc: StaleWriteError) -> None:
+        """A newer leader wrote first: this one steps down."""
+        if self._term is not None:
+            self._spawn(self._term, self._step_down(exc), "step-down")
 
     def _commit_later(
         self,
@@ -400,9 +407,7 @@ class SchedulerService(RoundhouseService):
             exc = done.exception()
             if exc is None:
                 if done.result():
-                    change.commit()
-                    if change.released and self._term is not None:
-                        self._term.executor.released(change.released)
+                    self._landed(change)
                 if after is not None:
                     after()
                 settled.set_result(None)
@@ -410,8 +415,8 @@ class SchedulerService(RoundhouseService):
                 on_conflict()
                 settled.set_result(None)
             else:
-                if isinstance(exc, StaleWriteError) and self._term is not None:
-                    self._spawn(self._term, self._step_down(exc), "step-down")
+                if isinstance(exc, StaleWriteError):
+                    self._stale(exc)
                 settled.set_exception(exc)
 
         future.add_done_callback(landed)
