@@ -11,6 +11,10 @@ the book last wrote (``expected_version``), so a deposed leader's late write fai
 Attained service (Tiresias' GPU-seconds, what LAS ranks by): a running job's stored value is the
 service it had when its lease started; ``refresh(now)`` adds ``gpus x (now - last_start_time)``
 for the snapshot, and a release folds the same amount into the stored value.
+
+Restore: ``refresh(now)`` also sets a running job's ``resumed_at`` (``resume.py``): its run's first
+reported progress, bounded by ``launch + restore_allowance_s``, so time-slicing policies keep a job
+that is still restoring its checkpoint.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from services.runtime.store import (
     WriteOp,
 )
 from services.scheduler.leases import Lease
+from services.scheduler.resume import DEFAULT_RESTORE_ALLOWANCE_S, resumed_at
 from services.scheduler.topology import Topology, UnknownGpuError
 
 log = logging.getLogger("roundhouse.scheduler.book")
@@ -180,6 +185,7 @@ class JobBook:
                 continue
             self._index_lease(lease)
             owner.lease = lease
+            lease.from_iteration = self.resume_iteration(owner) or 0
         orphans = [j for j, e in self.jobs.items() if e.state.status is JobStatus.RUNNING and e.lease is None]
         for entry in self.jobs.values():
             self._reindex(entry)
@@ -193,8 +199,18 @@ class JobBook:
     def waiting_count(self) -> int:
         return sum(1 for j in self.active.values() if j.status is JobStatus.QUEUED)
 
-    def refresh(self, now: float, topology: Topology) -> None:
-        """Bring running jobs' attained service and global GPU ids up to ``now`` for a snapshot."""
+    @staticmethod
+    def resume_iteration(entry: JobEntry) -> int | None:
+        """The iteration a new run of ``entry``'s job resumes from: that of its checkpoint (the
+        grant's ``resume_iteration``); None when it has none and starts afresh."""
+        return entry.state.iterations_done if entry.checkpoint_path else None
+
+    def refresh(
+        self, now: float, topology: Topology, *, restore_allowance_s: float = DEFAULT_RESTORE_ALLOWANCE_S
+    ) -> None:
+        """Bring running jobs' attained service, global GPU ids and ``resumed_at`` (their first
+        progress, or ``restore_allowance_s`` after the launch if none was seen by then) up to
+        ``now`` for a snapshot."""
         for lease in self.leases.values():
             if lease.state is not LeaseState.GRANTED:
                 continue
@@ -206,6 +222,7 @@ class JobBook:
             dt = max(0.0, now - start)
             state.attained_service = entry.service0 + lease.gpu_count * dt
             state.executed_time = entry.executed0 + dt
+            state.resumed_at = resumed_at(start, lease.progress_at, restore_allowance_s)
             try:
                 state.gpus = topology.lease_gpus(lease)
             except UnknownGpuError:
@@ -364,6 +381,7 @@ class JobBook:
         def attach() -> None:
             self._index_lease(lease)
             entry.lease = lease
+            lease.from_iteration = self.resume_iteration(entry) or 0
             entry.service0 = state.attained_service
             entry.executed0 = state.executed_time
             entry.requeued_since = previous_wait
@@ -452,6 +470,7 @@ class JobBook:
             self._unindex_lease(lease)
             if entry.lease is lease:
                 entry.lease = None
+                entry.state.resumed_at = None
 
         change.then(effect)
 
@@ -518,8 +537,9 @@ class JobBook:
         self._touch(change, entry)
         return change
 
-    def gpus_held_on(self, node_id: str, *, skip: set[str] | frozenset[str] = frozenset(),
-                     skip_stopped: bool = False) -> set[int]:
+    def gpus_held_on(
+        self, node_id: str, *, skip: set[str] | frozenset[str] = frozenset(), skip_stopped: bool = False
+    ) -> set[int]:
         """Local GPUs of ``node_id`` held by active leases, except the leases in ``skip`` (and,
         with ``skip_stopped``, those whose job already reported it stopped)."""
         held: set[int] = set()

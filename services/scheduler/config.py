@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from services.core.registry import SCHEDULING, UnknownPolicyError
 from services.runtime.config import ServiceConfig
+from services.scheduler.resume import DEFAULT_RESTORE_ALLOWANCE_S
 
 
 class SchedulerConfig(ServiceConfig):
@@ -33,6 +34,9 @@ class SchedulerConfig(ServiceConfig):
         default=5.0, ge=0, le=3600, description="A granted lease a heartbeat omits is lost only after this."
     )
     max_parallel_requests: int = Field(default=256, ge=1, le=100_000, description="Lease requests in flight.")
+    restore_allowance_s: float = Field(
+        default=DEFAULT_RESTORE_ALLOWANCE_S, ge=0, le=86_400, description="Longest time a run counts as restoring."
+    )
     query_finished_limit: int = Field(
         default=10_000, ge=0, le=1_000_000, description="Finished jobs read from the store per query."
     )

@@ -50,11 +50,16 @@ class Lease:
     """Why it is being revoked (kept in memory only; the job's status carries cancel/terminate)."""
     started: bool = False
     stopped: bool = False
+    """The coordinator reported ``job.suspended`` for this revoke (seen on core NATS); its release
+    is being committed by the durable consumer, and its GPUs may already be granted again."""
     global_ids: tuple[int, ...] = ()
     """The GPUs as global ids of topology ``global_version`` (a cache for snapshots)."""
     global_version: int = -1
-    """The coordinator reported ``job.suspended`` for this revoke (seen on core NATS); its release
-    is being committed by the durable consumer, and its GPUs may already be granted again."""
+    from_iteration: int = 0
+    """The iteration this run resumes from (the grant's ``resume_iteration``; 0 for a fresh start):
+    a reported iteration past it is progress of this run (``resume.py``). Memory only."""
+    progress_at: float | None = None
+    """When this run's first progress was reported (None: not yet, still restoring). Memory only."""
 
     @property
     def coordinator(self) -> str:

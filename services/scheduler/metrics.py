@@ -5,7 +5,9 @@ The metrics service keeps one aggregate per job (key = job id, JSON: ``iteration
 The leader watches the bucket and copies those fields into the job's ``JobState`` (``loss``,
 ``loss_history``, ``iteration_time_s``, ``iterations_done``), which is what loss-aware policies
 (Hermes, loss-based termination, SLAQ) rank by. They are progress hints, kept in memory; the store
-gets ``iterations_done`` from the workers' facts at every stop.
+gets ``iterations_done`` from the workers' facts at every stop. An aggregate that shows the first
+iteration of a job's current run also marks when that run resumed (``Lease.progress_at``, read into
+``JobState.resumed_at`` by the snapshot; ``resume.py``).
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ from services.metrics.aggregates import JOB_BUCKET_TTL_S as BUCKET_TTL_S
 from services.metrics.aggregates import JobAggregate
 from services.runtime.kv import KVEntry
 from services.scheduler.book import JobBook
+from services.scheduler.resume import progress_at
 
 log = logging.getLogger("roundhouse.scheduler.metrics")
 
 MAX_HISTORY = 512
 
 
-def apply_metrics(book: JobBook, entry: KVEntry) -> bool:
-    """Copy one aggregate into its job's state; returns whether a job of the book was updated."""
+def apply_metrics(book: JobBook, entry: KVEntry, now: float) -> bool:
+    """Copy one aggregate, seen at ``now``, into its job's state (and the first progress of its
+    current run into its lease); returns whether a job of the book was updated."""
     if entry.deleted:
         return False
     job = book.entry(entry.key)
@@ -48,6 +52,10 @@ def apply_metrics(book: JobBook, entry: KVEntry) -> bool:
     state.loss_history = [
         (ts, loss) for ts, loss in aggregate.loss_history[-MAX_HISTORY:] if math.isfinite(ts) and math.isfinite(loss)
     ]
+    lease = job.lease
+    if lease is not None and lease.progress_at is None:
+        launched = state.last_start_time if state.last_start_time is not None else lease.granted_at
+        lease.progress_at = progress_at(aggregate, lease, launched, now)
     return True
 
 

@@ -564,7 +564,7 @@ class SchedulerService(RoundhouseService):
 
     async def _on_metrics(self, entry: KVEntry) -> None:
         if self._term is not None:
-            apply_metrics(self.book, entry)
+            apply_metrics(self.book, entry, time.time())
 
     async def _on_suspension_seen(self, event: JobSuspended) -> None:
         """The fast path of a revoke: the same fact on core NATS, before the durable consumer has
@@ -786,7 +786,7 @@ class SchedulerService(RoundhouseService):
             if job_id not in assigned:
                 cluster.assign(job_id, gpus)
                 assigned[job_id] = gpus
-        self.book.refresh(now, topology)
+        self.book.refresh(now, topology, restore_allowance_s=self.cfg.restore_allowance_s)
         return topology, cluster
 
     async def run_round(self, trigger: RoundTrigger = RoundTrigger.MANUAL) -> ValidPlan | None:
@@ -1037,6 +1037,8 @@ class SchedulerService(RoundhouseService):
         state = entry.state
         await executor.grant(
             lease, state.spec, resume_from=entry.checkpoint_path,
-            resume_iteration=state.iterations_done if entry.checkpoint_path else None,
+            # Fixed at the grant's commit: the iteration a report must pass to count as this run's
+            # progress (resume.py); the metrics may have moved iterations_done since.
+            resume_iteration=lease.from_iteration if entry.checkpoint_path else None,
             attempt=state.preemptions + 1,
         )  # fmt: skip
