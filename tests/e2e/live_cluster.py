@@ -77,13 +77,15 @@ class Live:
 
 def curve_spec(
     live: Live, name: str, *, iterations: int, sleep_s: float = 0.05, rate: float = 0.01,
-    checkpoint_s: float = 0.0, plateau_at: int | None = None, **spec: Any,
+    checkpoint_s: float = 0.0, plateau_at: int | None = None, restore_s: float = 0.0, **spec: Any,
 ) -> JobSpec:  # fmt: skip
     """A ``curve_job.py`` job logging to ``live.logs/<name>.jsonl``."""
     command = [sys.executable, str(CURVE_JOB), "--iterations", str(iterations), "--sleep", str(sleep_s),
                "--rate", str(rate), "--checkpoint-s", str(checkpoint_s), "--log", str(live.log_of(name))]  # fmt: skip
     if plateau_at is not None:
         command += ["--plateau-at", str(plateau_at)]
+    if restore_s:
+        command += ["--restore-s", str(restore_s)]
     return JobSpec(name=name, command=command, env={"PYTHONDONTWRITEBYTECODE": "1"}, **spec)
 
 

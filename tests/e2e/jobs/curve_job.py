@@ -14,7 +14,8 @@ Every finished iteration appends ``{"i": i, "t": wall time, "pid": pid}`` to ``-
 object a line), and every process start and lease stop a line with ``"event"``, so a test can check
 that no iteration was lost or run twice and when each process held its GPU. ``--checkpoint-s``
 makes the checkpoint written on a lease stop take that long (a large model's write), which is time
-the job keeps its GPU within its grace period.
+the job keeps its GPU within its grace period; ``--restore-s`` makes loading a checkpoint on a
+resume take that long (a large model's restore), before the run's first iteration.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ from roundhouse import train
 class Curve:
     """The "model": what a checkpoint holds (state_dict / load_state_dict, like a torch module)."""
 
-    def __init__(self, job: train.Job, checkpoint_s: float) -> None:
+    def __init__(self, job: train.Job, checkpoint_s: float, restore_s: float = 0.0) -> None:
         self.job = job
         self.checkpoint_s = checkpoint_s
+        self.restore_s = restore_s
         self.restored_at: int | None = None
 
     def state_dict(self) -> dict[str, Any]:
@@ -44,6 +46,7 @@ class Curve:
         return {"iteration": self.job.iteration}
 
     def load_state_dict(self, state: dict[str, Any], /) -> None:
+        time.sleep(self.restore_s)  # a slow checkpoint read, before any progress
         self.restored_at = int(state["iteration"])
 
 
@@ -62,11 +65,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=0.01, help="convergence rate per iteration")
     parser.add_argument("--plateau-at", type=int, help="iteration from which the loss stays flat (converged)")
     parser.add_argument("--checkpoint-s", type=float, default=0.0, help="extra seconds a lease-stop checkpoint takes")
+    parser.add_argument("--restore-s", type=float, default=0.0, help="seconds a checkpoint restore takes")
     parser.add_argument("--log", type=Path, required=True)
     args = parser.parse_args()
 
     job = train.attach()
-    curve = Curve(job, args.checkpoint_s)
+    curve = Curve(job, args.checkpoint_s, args.restore_s)
     job.restore(curve)
     pid = os.getpid()
     with args.log.open("a", buffering=1) as log:
