@@ -49,6 +49,8 @@ from services.core.state import ClusterState, JobState, JobStatus
 INF = math.inf
 _RUNNING_STATUS = JobStatus.RUNNING
 _QUEUED_STATUS = JobStatus.QUEUED
+_COMPLETED_STATUS = JobStatus.COMPLETED
+_HELD_STATUS = JobStatus.HELD
 NO_TRIGGERS = Trigger(0)
 _EPS = 1e-9
 
@@ -168,8 +170,8 @@ class Simulator:
         self.out = Outcome(total_gpus=cluster.total_gpus)
         track = self.config.track
         self._track_left = (track[1] - track[0] + 1) if track is not None else -1
-        self._progress_total = progress_total if progress_total is not None else (
-            self._track_left if track is not None else None
+        self._progress_total = (
+            progress_total if progress_total is not None else (self._track_left if track is not None else None)
         )
         self._progress_stream = progress_stream or sys.stderr
         self._done_measured = 0
@@ -198,7 +200,7 @@ class Simulator:
         on_arrival = self._on_arrival
         timer = self._timer
         pop = heapq.heappop
-        completed = JobStatus.COMPLETED
+        completed = _COMPLETED_STATUS
         while True:
             if round_at < INF and not (active or self._held or self._new):
                 round_at = INF  # an empty system needs no round until something arrives
@@ -237,13 +239,7 @@ class Simulator:
             if round_at <= t:
                 ran = self._round(t)
                 round_at = self._next_round(t, ran, round_s)
-                if (
-                    not events
-                    and upcoming is None
-                    and not running
-                    and (active or self._held)
-                    and not ran
-                ):
+                if not events and upcoming is None and not running and (active or self._held) and not ran:
                     out.stalled = True  # jobs wait, nothing runs and nothing will arrive
                     break
             if debug:
@@ -285,7 +281,7 @@ class Simulator:
             spec=None,  # built from ``trace`` on first use (SimJobState.spec)
             trace=trace,
             submit_time=trace.arrival_s,
-            status=JobStatus.HELD,
+            status=_HELD_STATUS,
             seq=self._seq,
             clock=self._clock,
             work_s=trace.duration_s,
@@ -306,7 +302,7 @@ class Simulator:
 
     def _end(self, job: SimJobState, t: float, status: JobStatus) -> None:
         out = self.out
-        if job.status is JobStatus.RUNNING:
+        if job.status is _RUNNING_STATUS:
             self._release(job, t, checkpoint=False)
         job.status = status
         job.finish_time = t
@@ -363,13 +359,17 @@ class Simulator:
         self.cluster.assign(job_id, gpus)
         busy = self._busy_until
         start = t
+        # Comparisons, not max() (a builtin call each): this runs on every launch.
         for g in gpus:
             held = busy[g]
-            start = max(start, held)
+            if held > start:  # noqa: PLR1730
+                start = held
         preempted_at = job.last_preempt_time
         if preempted_at is not None:
             # Its own checkpoint must be written before it can be restored, on whatever GPUs.
-            start = max(start, preempted_at + job.checkpoint_s)
+            ready = preempted_at + job.checkpoint_s
+            if ready > start:  # noqa: PLR1730
+                start = ready
         n = len(gpus)
         overhead = 0.0
         if job.preemptions > 0 or job.done0 > 0:
@@ -377,28 +377,28 @@ class Simulator:
             overhead = costs.restore_s + costs.relaunch_s
             job.lost_gpu_s += overhead * n
         job.alloc_since = t
-        job.version += 1
+        version = job.version = job.version + 1
         job.status = _RUNNING_STATUS
         job.gpus = gpus
         rate = 1.0 if n == 1 and job.gpus_requested == 1 else self._rate(job, gpus)
-        job.start_line(start + overhead, rate)
+        productive_from = start + overhead
+        job.start_line(productive_from, rate)
         if job.first_start_time is None:
             job.first_start_time = t
         job.last_start_time = t
         since = job.queued_since
         if since is not None:
-            job.longest_wait_s = max(job.longest_wait_s, t - since)
+            waited = t - since
+            if waited > job.longest_wait_s:  # noqa: PLR1730
+                job.longest_wait_s = waited
             job.queued_since = None
         self._running[job_id] = job
         if self._keyed is not None:
             self._keyed.mark_running(job)
         left = job.work_s - job.done0
-        finish = job.productive_from + (left if left > 0.0 else 0.0) / job.rate
+        finish = productive_from + (left if left > 0.0 else 0.0) / rate
         self._event_seq += 1
-        events = self._events
-        heapq.heappush(events, (finish, self._event_seq, job_id, job.version))
-        if len(events) > 2 * len(self._running) + 256:
-            self._split_stale()
+        heapq.heappush(self._events, (finish, self._event_seq, job_id, version))
 
     def _split_stale(self) -> None:
         """Drop the stale completion events (every suspension leaves one) from the event heap, so
@@ -469,7 +469,7 @@ class Simulator:
             by_id = {j.job_id: j for j in offered}
             for job_id in verdict.accepted:
                 job = by_id.pop(job_id)
-                job.status = JobStatus.QUEUED
+                job.status = _QUEUED_STATUS
                 job.admit_time = t
                 job.queued_since = t
                 active[job_id] = job
@@ -493,9 +493,7 @@ class Simulator:
             if debug:
                 expected = list(self.scheduling.rank(active, cluster, t).order)
                 if list(ranking.order) != expected:
-                    raise InvariantError(
-                        f"incremental order of {self.scheduling.name!r} differs from rank() at t={t}"
-                    )
+                    raise InvariantError(f"incremental order of {self.scheduling.name!r} differs from rank() at t={t}")
         else:
             ranking = self.scheduling.rank(active, cluster, t)
         target = self.placement.place(ranking, active, cluster, t)
@@ -531,6 +529,8 @@ class Simulator:
                 if not 0 <= g < total or holders[g]:
                     raise SimulationError(f"plan puts job {job_id!r} on GPU {g}, which is not free")
             launch(job, gpus if type(gpus) is tuple else tuple(gpus), t)
+        if len(self._events) > 2 * len(self._running) + 256:  # once a round, not once a launch
+            self._split_stale()
         return bool(plan.launch or plan.suspend or plan.terminate)
 
     # --- end ----------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
@@ -46,6 +47,8 @@ class KeyedOrder:
 
     __slots__ = (
         "_expiry",
+        "_expiry_fifo",
+        "_fifo_last",
         "_groups",
         "_heap",
         "_line",
@@ -66,6 +69,11 @@ class KeyedOrder:
         self._waiting: dict[str, list[Any]] = {}
         self._running: dict[str, JobState] = {}
         self._expiry: list[tuple[float, int, str, list[Any]]] = []
+        self._expiry_fifo: deque[tuple[float, str, list[Any]]] = deque()
+        """Expiries pushed in non-decreasing time (LAS: ``queued_since + limit``, with
+        ``queued_since == now``), which is the usual case: a queue, O(1) per job, instead of a heap
+        of every waiting spell's expiry (tens of thousands, mostly stale)."""
+        self._fifo_last = -math.inf
         self._stale = 0
         parts = getattr(policy, "key_parts", None)
         grouped = service_line is not None and callable(parts)
@@ -105,7 +113,11 @@ class KeyedOrder:
         heapq.heappush(self._heap, entry)
         until = policy.key_stable_until(job, now)
         if until != math.inf:
-            heapq.heappush(self._expiry, (until, job.seq, job_id, entry))
+            if until >= self._fifo_last:
+                self._fifo_last = until
+                self._expiry_fifo.append((until, job_id, entry))
+            else:
+                heapq.heappush(self._expiry, (until, job.seq, job_id, entry))
 
     def mark_running(self, job: JobState) -> None:
         """``job`` now holds GPUs (call after its GPUs and progress line are set)."""
@@ -146,7 +158,10 @@ class KeyedOrder:
         if where is not None:
             group, item = where
             members = self._groups[group]
-            del members[bisect_left(members, item)]
+            if members[-1] is item:  # a preemption victim: the group's lowest-ranked job
+                members.pop()
+            else:
+                del members[bisect_left(members, item)]
             if not members:
                 del self._groups[group]
             self._pending.pop(job_id, None)
@@ -158,6 +173,13 @@ class KeyedOrder:
             self._stale += 1
 
     def _tidy(self, jobs: Mapping[str, JobState], now: float) -> None:
+        # Due expiries re-key their jobs; the order in which they are processed does not matter
+        # (each new key depends on its own job and ``now`` only).
+        fifo = self._expiry_fifo
+        while fifo and fifo[0][0] <= now:
+            _, job_id, entry = fifo.popleft()
+            if entry[2] and self._waiting.get(job_id) is entry:
+                self.push(jobs[job_id], now)
         expiry = self._expiry
         while expiry and expiry[0][0] <= now:
             _, _, job_id, entry = heapq.heappop(expiry)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 from services.core.decisions import Placement, Plan, Ranking
@@ -246,8 +247,23 @@ class _Victims:
     """
 
     __slots__ = (
-        "_alive", "_dirty", "_heaps", "_ids", "_indexed", "_jobs", "_low", "_next", "_on_node", "_reach",
-        "_source", "_tracked", "fitter", "free", "keyed", "keys", "suspended",
+        "_alive",
+        "_dirty",
+        "_heaps",
+        "_ids",
+        "_indexed",
+        "_jobs",
+        "_low",
+        "_next",
+        "_on_node",
+        "_reach",
+        "_source",
+        "_tracked",
+        "fitter",
+        "free",
+        "keyed",
+        "keys",
+        "suspended",
     )
 
     def __init__(
@@ -604,9 +620,9 @@ def place_in_order(
         _two_pointer(ranking=ranking, jobs=jobs, fitter=fitter, launch=launch, suspended=suspended, backfill=backfill)
         return _result(ranking, jobs, launch, suspended)
 
-    running: Sequence[str] = ranking.running if ranking.running is not None else [
-        j for j in ranking.order if jobs[j].status is _RUNNING
-    ]
+    running: Sequence[str] = (
+        ranking.running if ranking.running is not None else [j for j in ranking.order if jobs[j].status is _RUNNING]
+    )
     # Unseen running jobs are running[seen:]; victims come from the end (lowest-ranked first).
     position = {job_id: i for i, job_id in enumerate(running)}
     seen = 0
@@ -696,31 +712,20 @@ def _two_pointer(
     running = ranking.running
     waiting = ranking.waiting
     keyed_items = getattr(waiting, "keyed_items", None)
-    pairs: Iterator[tuple[Any, str]] = (
-        keyed_items() if keyed_items is not None else ((key(j), j) for j in waiting)
-    )
-    keyed_reversed = getattr(running, "keyed_reversed", None)
+    pairs: Iterator[tuple[Any, str]] = keyed_items() if keyed_items is not None else ((key(j), j) for j in waiting)
+    keyed_reversed: Callable[[], Iterator[tuple[Any, str]]] | None = getattr(running, "keyed_reversed", None)
     victims: _Victims | None = None
-    rank: Any = None
-
-    def below(victim_id: str) -> bool:
-        return bool(key(victim_id) > rank)
-
-    def make_victims() -> _Victims:
-        if keyed_reversed is not None:
-            items: Iterator[tuple[Any, str]] = keyed_reversed()
-            if terminate:
-                items = ((k, j) for k, j in items if j not in terminate)
-            return _Victims(items, jobs, fitter, suspended, keyed=True)
-        ids: Iterator[str] = reversed(running)
-        if terminate:
-            ids = (j for j in ids if j not in terminate)
-        return _Victims(ids, jobs, fitter, suspended)
 
     # A one-GPU job facing a full cluster whose lowest victim holds one GPU simply takes that GPU:
     # ``fit`` must pick the only free GPU (fits take free GPUs), and a ``single_node`` promise says it
     # will (the common LAS swap of one-GPU jobs; the same result as ``make_room``).
     swap = fitter.single_node is not None
+    # Until a job needs more than such a swap, the victims are read straight from a keyed view
+    # (``streak``, with ``head`` the one read but not yet taken), without ``_Victims``: every victim
+    # read so far was swapped out, so the lowest alive victim is simply the next one. ``_Victims``
+    # takes over from ``head`` when needed; victims it never saw are dead ones, which it would skip.
+    streak: Iterator[tuple[Any, str]] | None = None
+    head: tuple[Any, str] | None = None
     for rank, job_id in pairs:
         if terminate and job_id in terminate:
             continue
@@ -729,26 +734,51 @@ def _two_pointer(
         if free.total <= 0:
             if not preempt:
                 break
-            if victims is None:
-                victims = make_victims()
-            index = victims.lowest_index()
-            if index is None:
-                break
-            lowest = victims.ids[index]
-            if not (victims.keys[index] if victims.keyed else key(lowest)) > rank:
-                break
-            if swap and need == 1:
-                held = jobs[lowest].gpus
-                if len(held) == 1:
-                    victims.swap(index, held[0])
-                    launch[job_id] = held
-                    continue
+            if victims is None and keyed_reversed is not None:
+                if head is None:
+                    if streak is None:
+                        streak = _victim_items(keyed_reversed, terminate)
+                    head = next(streak, None)
+                    if head is None:
+                        break
+                lowest_key, lowest = head
+                if not lowest_key > rank:
+                    break
+                if swap and need == 1:
+                    held = jobs[lowest].gpus
+                    if len(held) == 1:
+                        suspended[lowest] = None
+                        launch[job_id] = held
+                        head = None
+                        continue
+                assert streak is not None
+                victims = _Victims(chain((head,), streak), jobs, fitter, suspended, keyed=True)
+                head = None
+            else:
+                if victims is None:
+                    victims = _make_victims(
+                        running, keyed_reversed, terminate, jobs=jobs, fitter=fitter, suspended=suspended
+                    )
+                index = victims.lowest_index()
+                if index is None:
+                    break
+                lowest = victims.ids[index]
+                if not (victims.keys[index] if victims.keyed else key(lowest)) > rank:
+                    break
+                if swap and need == 1:
+                    held = jobs[lowest].gpus
+                    if len(held) == 1:
+                        victims.swap(index, held[0])
+                        launch[job_id] = held
+                        continue
         on_node = fitter.on_node(job, need) if need > 1 else 0
         gpus = fitter(job, need, on_node) if need <= free.total else None
         if gpus is None and preempt:
-            if victims is None:
-                victims = make_victims()
-            gpus, _ = victims.make_room(job, need, on_node, below)
+            if victims is None:  # (a streak, which needs a full cluster, has handed over already)
+                victims = _make_victims(
+                    running, keyed_reversed, terminate, jobs=jobs, fitter=fitter, suspended=suspended
+                )
+            gpus, _ = victims.make_room(job, need, on_node, _Below(key, rank))
             if gpus is not None:
                 launch[job_id] = gpus
                 continue
@@ -759,6 +789,46 @@ def _two_pointer(
         free.take(gpus)
         launch[job_id] = gpus
     free.watch = None
+
+
+def _victim_items(
+    keyed_reversed: Callable[[], Iterator[tuple[Any, str]]], terminate: Mapping[str, str]
+) -> Iterator[tuple[Any, str]]:
+    items = keyed_reversed()
+    if terminate:
+        items = ((k, j) for k, j in items if j not in terminate)
+    return items
+
+
+def _make_victims(
+    running: Sequence[str],
+    keyed_reversed: Callable[[], Iterator[tuple[Any, str]]] | None,
+    terminate: Mapping[str, str],
+    *,
+    jobs: Mapping[str, JobState],
+    fitter: _Fitter,
+    suspended: dict[str, None],
+) -> _Victims:
+    if keyed_reversed is not None:
+        return _Victims(_victim_items(keyed_reversed, terminate), jobs, fitter, suspended, keyed=True)
+    ids: Iterator[str] = reversed(running)
+    if terminate:
+        ids = (j for j in ids if j not in terminate)
+    return _Victims(ids, jobs, fitter, suspended)
+
+
+class _Below:
+    """``eligible`` for ``make_room``: whether a victim ranks below the job being placed (a class, not
+    a closure over the walk's loop variable, which would slow every step of the walk)."""
+
+    __slots__ = ("key", "rank")
+
+    def __init__(self, key: Callable[[str], Any], rank: Any) -> None:
+        self.key = key
+        self.rank = rank
+
+    def __call__(self, victim_id: str) -> bool:
+        return bool(self.key(victim_id) > self.rank)
 
 
 def _result(
