@@ -7,7 +7,7 @@ import random
 import pytest
 
 from services.core.decisions import Ranking
-from services.core.ordering import KeyedOrder
+from services.core.ordering import SORTED_LIMIT, KeyedOrder
 from services.core.placing import Fit, SingleNode, place_in_order
 from services.core.state import ClusterState, JobState, JobStatus
 from services.placement.policies.consolidated import consolidated_fit, consolidated_single_node
@@ -165,6 +165,72 @@ def test_expiring_keys_are_refreshed() -> None:
     order.push(new, 50.0)
     assert list(order.ranking(jobs, 60.0).order) == ["new", "old"]
     assert list(order.ranking(jobs, 100.0).order) == ["old", "new"]
+
+
+def test_expiries_out_of_time_order_are_refreshed() -> None:
+    # Expiries usually come in time order (a queue); one that does not (``early``, pushed after
+    # ``late`` with an earlier expiry) takes the other path, and every promotion still happens on time.
+    policy = Las(starvation_s=100.0)
+    late = job("late", service=900.0, queued_since=40.0, seq=1)
+    early = job("early", service=800.0, queued_since=0.0, seq=2)
+    new = job("new", service=0.0, queued_since=50.0, seq=3)
+    jobs = {j.job_id: j for j in (late, early, new)}
+    order = KeyedOrder(policy)
+    for j in (late, early, new):
+        order.push(j, 50.0)
+    seen = {}
+    for now in (60.0, 100.0, 140.0, 150.0):
+        expected = [j.job_id for j in sorted(jobs.values(), key=lambda j: policy.sort_key(j, now))]
+        seen[now] = list(order.ranking(jobs, now).order)
+        assert seen[now] == expected
+    assert seen[60.0] == ["new", "early", "late"]
+    assert seen[100.0] == ["early", "new", "late"]
+    assert seen[140.0] == ["early", "late", "new"]
+    assert seen[150.0] == ["new", "early", "late"]
+
+
+def test_long_queues_switch_to_a_heap_and_back() -> None:
+    # Up to SORTED_LIMIT entries the waiting jobs are a sorted list, beyond it a heap, and a sorted
+    # list again once the queue has shrunk: the order is sorted(jobs, key=sort_key) in both modes,
+    # through starts (which leave stale entries at the front) and departures.
+    policy = Las()
+    rng = random.Random(11)
+    order = KeyedOrder(policy)
+    jobs: dict[str, JobState] = {}
+    modes: set[bool] = set()
+
+    def check() -> None:
+        ranking = order.ranking(jobs, NOW)
+        modes.add(order._sorted)
+        expected = [j.job_id for j in sorted(jobs.values(), key=lambda j: policy.sort_key(j, NOW))]
+        assert list(ranking.order) == expected
+        assert list(ranking.waiting or ()) == [j for j in expected if not jobs[j].is_running]
+
+    def start_first(count: int) -> None:
+        for job_id in list(order.ranking(jobs, NOW).waiting or ())[:count]:
+            state = jobs[job_id]
+            state.status, state.gpus, state.queued_since = JobStatus.RUNNING, (0,), None
+            order.mark_running(state)
+
+    for i in range(SORTED_LIMIT + 300):
+        state = job(f"j{i}", service=float(rng.randint(0, 10_000)), seq=i, queued_since=0.0)
+        jobs[state.job_id] = state
+        order.push(state, NOW)
+        if i % 97 == 0:
+            start_first(3)
+            check()
+    check()
+    ids = list(jobs)
+    rng.shuffle(ids)
+    for n, job_id in enumerate(ids[:-100]):
+        order.discard(job_id)
+        del jobs[job_id]
+        if n % 97 == 0:
+            start_first(2)
+            check()
+    check()
+    assert modes == {True, False}
+    assert order._sorted
 
 
 def test_ranking_is_a_plain_ranking() -> None:
