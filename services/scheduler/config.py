@@ -22,6 +22,12 @@ class SchedulerConfig(ServiceConfig):
     churn_debounce_s: float = Field(
         default=0.05, ge=0, le=60, description="Churn-triggered rounds wait this long to batch events."
     )
+    fill_between_rounds: bool = Field(
+        default=True,
+        description="An arrival or completion the policy does not react to starts a round that only fills "
+        "free GPUs in rank order, never preempting (a job on an idle cluster starts at once, not at the "
+        "next tick). False: jobs start only at the policy's own rounds, as in Blox.",
+    )
     plan_timeout_s: float = Field(default=5.0, gt=0, le=600, description="Wait for placement.plan.")
     leader_ttl_s: float = Field(default=5.0, gt=0.3, le=600, description="TTL of the leader key.")
     lease_ttl_s: float = Field(default=30.0, gt=0, le=86_400, description="Worker lease TTL.")

@@ -11,6 +11,16 @@ time re-ranking a growing queue for every 50 ms of arrivals (measured: +25% sche
 over 20,000 jobs with ``srtf``). Placement and the simulator are unaffected; only how many churn
 rounds a burst makes changes, and every arrival is still in the next one.
 
+Fill rounds (``fill_between_rounds``, on by default): an arrival or a completion that the policy does
+not react to still starts a round, but one that may only *fill free GPUs*: the policy ranks as usual,
+placement runs with ``preempt=False`` (waiting jobs onto free GPUs in rank order, stopping where the
+policy's walk stops), and the scheduler drops any suspension or move from its plan. Nothing the
+policy's own rounds decide changes (they still run on its cadence and triggers, and are the only
+ones that preempt); what changes is that free GPUs do not stay idle until the next tick, so a trial
+job on an idle cluster starts in about a second instead of up to ``round_s`` (300 s by default)
+later. A fill round with no free GPU or no waiting job publishes nothing. Off, jobs start only at the
+policy's rounds, as in Blox and in the simulator's default.
+
 A plan answers the round it names; the scheduler applies it only if round, state version and epoch
 are those of the round in flight, and then only the parts still valid against the current state:
 events applied while placement worked (a completion, a cancel) may have changed it. Suspensions
@@ -22,11 +32,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from schemas.rounds import PlacementPlan, RoundTrigger
+from services.core.decisions import Ranking
 from services.core.protocols import Trigger
-from services.core.state import JobStatus
+from services.core.state import JobState, JobStatus
 from services.runtime.store import LeaseState
 from services.scheduler.book import JobBook
 from services.scheduler.inventory import Inventory
@@ -41,15 +53,27 @@ _CHURN = {
 }
 
 
-class RoundTimer:
-    """Decides when the next round starts: the timer, or churn the policy reacts to."""
+@dataclass(frozen=True, slots=True)
+class RoundCue:
+    """What the next round is: its trigger, and whether it may only fill free GPUs (module doc)."""
 
-    def __init__(self, round_s: float, triggers: Trigger, debounce_s: float) -> None:
+    trigger: RoundTrigger
+    fill_only: bool = False
+
+
+class RoundTimer:
+    """Decides when the next round starts: the timer, churn the policy reacts to, or (with ``fill``)
+    a fill round for churn it does not react to."""
+
+    def __init__(self, round_s: float, triggers: Trigger, debounce_s: float, *, fill: bool = False) -> None:
         self.round_s = round_s
         self.triggers = triggers
         self.debounce_s = debounce_s
+        self.fill = fill
         self._kick = asyncio.Event()
         self._reason: RoundTrigger | None = None
+        self._fill_only = False
+        """The pending round is a fill round (only fill churn asked for it so far)."""
         self._due = time.monotonic()
         self._cooldown_until = 0.0
 
@@ -61,17 +85,29 @@ class RoundTimer:
         """Note churn; starts a round soon if the policy (or the kind of churn) asks for it."""
         wanted = _CHURN.get(reason)
         if wanted is None or self.triggers & wanted:
+            if self._reason is None or self._fill_only:  # a full round supersedes a pending fill round
+                self._reason = reason
+            self._fill_only = False
+            self._kick.set()
+        elif self.fill:
             if self._reason is None:
                 self._reason = reason
+                self._fill_only = True
             self._kick.set()
 
     def soon(self) -> None:
         """Run a round now (a new leader, a manual request)."""
-        self._reason = self._reason or RoundTrigger.MANUAL
+        if self._reason is None or self._fill_only:
+            self._reason = RoundTrigger.MANUAL
+        self._fill_only = False
         self._kick.set()
 
     async def next(self) -> RoundTrigger:
-        """Wait for the next round; returns what triggered it."""
+        """Wait for the next round; returns what triggered it (see ``next_cue`` for fill rounds)."""
+        return (await self.next_cue()).trigger
+
+    async def next_cue(self) -> RoundCue:
+        """Wait for the next round; returns what triggered it and whether it only fills free GPUs."""
         timer = bool(self.triggers & Trigger.TIMER)
         while True:
             timeout = max(0.0, self._due - time.monotonic()) if timer else None
@@ -86,16 +122,25 @@ class RoundTimer:
                     self._due += self.round_s * ((now - self._due) // self.round_s + 1)
                 self._kick.clear()
                 self._reason = None
-                return RoundTrigger.TIMER
+                self._fill_only = False
+                return RoundCue(RoundTrigger.TIMER)
             wait = self.debounce_s
             if self._reason in _CHURN:
                 wait = max(wait, self._cooldown_until - time.monotonic())
             if wait > 0:
                 await asyncio.sleep(wait)
-            reason = self._reason or RoundTrigger.MANUAL
+            cue = RoundCue(self._reason or RoundTrigger.MANUAL, self._fill_only)
             self._kick.clear()
             self._reason = None
-            return reason
+            self._fill_only = False
+            return cue
+
+
+def fill_only_ranking(ranking: Ranking, jobs: Mapping[str, JobState]) -> Ranking:
+    """``ranking`` for a fill round: placement may not preempt, and running jobs keep their size
+    (resizing one means restarting it, which waits for the policy's own round)."""
+    targets = {job_id: n for job_id, n in ranking.gpu_targets.items() if not jobs[job_id].is_running}
+    return replace(ranking, preempt=False, gpu_targets=targets)
 
 
 @dataclass(slots=True)

@@ -89,7 +89,7 @@ from services.scheduler.metrics import BUCKET as METRICS_BUCKET
 from services.scheduler.metrics import BUCKET_TTL_S as METRICS_TTL_S
 from services.scheduler.metrics import apply_metrics
 from services.scheduler.queries import answer
-from services.scheduler.rounds import RoundTimer, ValidPlan, validate_plan
+from services.scheduler.rounds import RoundTimer, ValidPlan, fill_only_ranking, validate_plan
 from services.scheduler.topology import Topology, UnknownGpuError
 
 log = logging.getLogger("roundhouse.scheduler")
@@ -272,7 +272,10 @@ class SchedulerService(RoundhouseService):
             request_timeout_s=self.cfg.request_timeout_s, grant_attempts=self.cfg.grant_attempts,
             max_parallel=self.cfg.max_parallel_requests, hostname=self._hostname,
         )  # fmt: skip
-        term = _Term(epoch, executor, RoundTimer(self.cfg.round_s, self.policy.triggers, self.cfg.churn_debounce_s))
+        timer = RoundTimer(
+            self.cfg.round_s, self.policy.triggers, self.cfg.churn_debounce_s, fill=self.cfg.fill_between_rounds
+        )
+        term = _Term(epoch, executor, timer)
         self._term = term
         if orphans:
             log.warning("requeueing %d running jobs without a lease", len(orphans))
@@ -742,11 +745,11 @@ class SchedulerService(RoundhouseService):
 
     async def _round_loop(self, term: _Term) -> None:
         while self._term is term:
-            trigger = await term.timer.next()
+            cue = await term.timer.next_cue()
             if self._term is not term:
                 return
             try:
-                await self.run_round(trigger)
+                await self.run_round(cue.trigger, fill_only=cue.fill_only)
             except (DeposedError, StaleWriteError) as exc:
                 await self._step_down(exc)
                 return
@@ -789,22 +792,32 @@ class SchedulerService(RoundhouseService):
         self.book.refresh(now, topology, restore_allowance_s=self.cfg.restore_allowance_s)
         return topology, cluster
 
-    async def run_round(self, trigger: RoundTrigger = RoundTrigger.MANUAL) -> ValidPlan | None:
-        """One round: snapshot, rank, publish, wait for the plan, execute its valid parts."""
+    async def run_round(
+        self, trigger: RoundTrigger = RoundTrigger.MANUAL, *, fill_only: bool = False
+    ) -> ValidPlan | None:
+        """One round: snapshot, rank, publish, wait for the plan, execute its valid parts.
+
+        ``fill_only``: a fill round (``services.scheduler.rounds``): placement may only put waiting
+        jobs on free GPUs, and any suspension in its plan is dropped; skipped when nothing could
+        start (no free GPU or no waiting job)."""
         term = self._term
         if term is None or self.bus is None:
             return None
         await self._sweep()
-        if not self.book.active:
+        if not self.book.active or (fill_only and not self.book.waiting_count()):
             return None
         timings = RoundTimings()
         cpu0 = time.process_time()
         t0 = time.perf_counter()
         now = time.time()
         topology, cluster = self.build_snapshot(now)
+        if fill_only and not cluster.free_gpu_count:
+            return None
         jobs = dict(self.book.active)
         t1 = time.perf_counter()
         ranking = self.policy.rank(jobs, cluster, now)
+        if fill_only:
+            ranking = fill_only_ranking(ranking, jobs)
         ranked = list(ranking.order)
         t2 = time.perf_counter()
         self._round_no += 1
@@ -835,6 +848,11 @@ class SchedulerService(RoundhouseService):
         t5 = time.perf_counter()
         # Snapshot to plan: what a round costs (the revoke waits after it are idle time).
         term.timer.ran(t5 - t0)
+        if fill_only and plan.suspend:
+            # A placement policy that suspends anyway: without its suspensions, launches onto GPUs
+            # they would free (and moves) fail validation below and are dropped with a reason.
+            log.info("fill round %d: dropped %d suspensions", number, len(plan.suspend))
+            plan = plan.model_copy(update={"suspend": []})
         valid = validate_plan(plan, self.book, self.inventory, dict(ranking.gpu_targets))
         if valid.dropped:
             log.info("round %d: dropped %d plan parts: %s", number, len(valid.dropped), valid.dropped[:5])

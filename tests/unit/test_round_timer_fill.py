@@ -1,0 +1,92 @@
+"""Fill rounds: churn a timer-only policy ignores still starts a round, but one that may only fill
+free GPUs; churn the policy reacts to, a node change or a manual request makes it a full round."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from schemas.job import JobSpec
+from schemas.rounds import RoundTrigger
+from services.core.decisions import Ranking
+from services.core.protocols import Trigger
+from services.core.state import JobState, JobStatus
+from services.scheduler.rounds import RoundCue, RoundTimer, fill_only_ranking
+
+
+async def first_tick_taken(timer: RoundTimer) -> None:
+    """A timer's first tick is due at once; take it so the next cue is the churn under test."""
+    assert await timer.next() is RoundTrigger.TIMER
+
+
+@pytest.mark.parametrize("reason", [RoundTrigger.ARRIVAL, RoundTrigger.COMPLETION])
+async def test_churn_the_policy_ignores_starts_a_fill_round(reason: RoundTrigger) -> None:
+    timer = RoundTimer(3600.0, Trigger.TIMER, debounce_s=0.01, fill=True)
+    await first_tick_taken(timer)
+    timer.churn(reason)
+    cue = await asyncio.wait_for(timer.next_cue(), 1.0)
+    assert cue == RoundCue(reason, fill_only=True)
+
+
+async def test_without_fill_the_churn_waits_for_the_tick() -> None:
+    timer = RoundTimer(3600.0, Trigger.TIMER, debounce_s=0.01, fill=False)
+    await first_tick_taken(timer)
+    timer.churn(RoundTrigger.ARRIVAL)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(timer.next_cue(), 0.3)
+
+
+async def test_churn_the_policy_reacts_to_is_a_full_round_even_with_fill() -> None:
+    timer = RoundTimer(3600.0, Trigger.TIMER | Trigger.ARRIVAL, debounce_s=0.01, fill=True)
+    await first_tick_taken(timer)
+    timer.churn(RoundTrigger.ARRIVAL)
+    assert await asyncio.wait_for(timer.next_cue(), 1.0) == RoundCue(RoundTrigger.ARRIVAL)
+
+
+@pytest.mark.parametrize("upgrade", ["node_change", "manual", "wanted_churn"])
+async def test_a_pending_fill_round_becomes_full_when_a_full_cue_follows(upgrade: str) -> None:
+    timer = RoundTimer(3600.0, Trigger.TIMER | Trigger.ARRIVAL, debounce_s=0.05, fill=True)
+    await first_tick_taken(timer)
+    timer.churn(RoundTrigger.COMPLETION)  # the policy ignores completions: a fill round is pending
+    if upgrade == "node_change":
+        timer.churn(RoundTrigger.NODE_CHANGE)
+        expected = RoundTrigger.NODE_CHANGE
+    elif upgrade == "manual":
+        timer.soon()
+        expected = RoundTrigger.MANUAL
+    else:
+        timer.churn(RoundTrigger.ARRIVAL)
+        expected = RoundTrigger.ARRIVAL
+    assert await asyncio.wait_for(timer.next_cue(), 1.0) == RoundCue(expected, fill_only=False)
+
+
+async def test_fill_churn_does_not_downgrade_a_pending_full_round() -> None:
+    timer = RoundTimer(3600.0, Trigger.TIMER | Trigger.ARRIVAL, debounce_s=0.05, fill=True)
+    await first_tick_taken(timer)
+    timer.churn(RoundTrigger.ARRIVAL)
+    timer.churn(RoundTrigger.COMPLETION)
+    assert await asyncio.wait_for(timer.next_cue(), 1.0) == RoundCue(RoundTrigger.ARRIVAL, fill_only=False)
+
+
+async def test_the_tick_is_always_a_full_round() -> None:
+    timer = RoundTimer(0.2, Trigger.TIMER, debounce_s=0.01, fill=True)
+    assert await timer.next_cue() == RoundCue(RoundTrigger.TIMER, fill_only=False)
+
+
+def job(job_id: str, *, running: bool) -> JobState:
+    state = JobState(job_id=job_id, spec=JobSpec(name=job_id, command=["x"], gpus=1, max_gpus=4), submit_time=0.0)
+    if running:
+        state.status = JobStatus.RUNNING
+        state.gpus = (0,)
+    return state
+
+
+def test_fill_only_ranking_forbids_preemption_and_keeps_running_jobs_size() -> None:
+    jobs = {"run": job("run", running=True), "wait": job("wait", running=False)}
+    ranking = Ranking(order=("wait", "run"), preempt=True, gpu_targets={"run": 3, "wait": 2}, terminate={"x": "done"})
+    filled = fill_only_ranking(ranking, jobs)
+    assert filled.preempt is False
+    assert dict(filled.gpu_targets) == {"wait": 2}
+    assert filled.order == ranking.order
+    assert filled.terminate == ranking.terminate
