@@ -7,9 +7,13 @@ policy (``--policy``, a name in ``services.core.registry.PLACEMENT``; options fr
 ``policy_options``) on that view with the round's ranking, turns the target allocation into a
 diff (``services.core.round.diff_plan``) and publishes it with GPUs named per node.
 
-Jobs the round ranks whose spec this replica has not seen yet are left out of the plan (counted in
-``unknown_jobs``); the scheduler applies only the still-valid parts of a plan and runs another
-round, so a lagging view costs a round, never a wrong grant (docs/control-plane.md, A round).
+Jobs the round ranks whose spec this replica has not seen yet are waited for, up to
+``spec_wait_s``: the scheduler can rank a job a few tens of milliseconds after admission accepted it,
+before this replica's view has read its ``job.arrived`` (seen live: a fill round for a just-submitted
+job found no spec, and the job then waited for the next tick). Jobs still unknown after that are left
+out of the plan (counted in ``unknown_jobs``); the scheduler applies only the still-valid parts of a
+plan and runs another round, so a lagging view costs at most a round, never a wrong grant
+(docs/control-plane.md, A round).
 """
 
 from __future__ import annotations
@@ -76,6 +80,9 @@ class PlacementConfig(ServiceConfig):
         default=30.0, gt=0, le=86_400, description="A node silent this long is dead (as the scheduler's)."
     )
     sweep_interval_s: float = Field(default=1.0, gt=0, le=3600, description="How often liveness is checked.")
+    spec_wait_s: float = Field(
+        default=1.0, ge=0, le=60, description="A round ranking jobs this view has not seen waits this long for them."
+    )
 
     @model_validator(mode="after")
     def _policy_builds(self) -> PlacementConfig:
@@ -147,6 +154,7 @@ class PlacementService(RoundhouseService):
 
     async def _on_round(self, round_: ScheduleRound) -> None:
         self.rounds += 1
+        await self._catch_up(round_)
         try:
             plan = self.place(round_, now=time.time())
         except Exception:
@@ -155,6 +163,14 @@ class PlacementService(RoundhouseService):
         assert self._bus is not None
         await self._bus.publish(PLACEMENT_PLAN, plan)
         self.plans += 1
+
+    async def _catch_up(self, round_: ScheduleRound) -> None:
+        """Wait (at most ``spec_wait_s``) until the view knows every job ``round_`` ranks."""
+        missing = [job_id for job_id in round_.ranked if job_id not in self.view.jobs]
+        deadline = time.monotonic() + self.settings.spec_wait_s
+        while missing and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+            missing = [job_id for job_id in missing if job_id not in self.view.jobs]
 
     def place(self, round_: ScheduleRound, *, now: float) -> PlacementPlan:
         """The plan for ``round_`` on the current view (pure but for the view's lazy rebuild)."""
