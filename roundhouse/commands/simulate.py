@@ -146,6 +146,17 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
     return cases
 
 
+def unfinished_warning(report: dict[str, Any]) -> str | None:
+    """What a reader of the averages must know when measured jobs did not finish: every JCT and
+    responsiveness figure covers finished jobs only, so it is biased low."""
+    unfinished = int(report.get("unfinished") or 0)
+    if not unfinished and not report.get("stalled"):
+        return None
+    why = "the run stalled" if report.get("stalled") else "the run hit --max-time"
+    return (f"{unfinished} measured job(s) unfinished ({why}); JCT and responsiveness cover the "
+            f"{report.get('jobs', 0)} finished job(s) only and are biased low")  # fmt: skip
+
+
 def run_command(args: argparse.Namespace) -> int:
     from roundhouse.sim.plot import PlotUnavailableError, plot_cdfs
     from roundhouse.sim.sweep import run_cases
@@ -158,6 +169,10 @@ def run_command(args: argparse.Namespace) -> int:
         return 2
     rows = [(case.labels(), result.report) for case, result in zip(cases, results, strict=True)]
     print(format_table(rows))
+    for case, result in zip(cases, results, strict=True):
+        warning = unfinished_warning(result.report)
+        if warning:
+            print(f"roundhouse simulate: {' '.join(case.labels().values())}: {warning}", file=sys.stderr)
     if args.json_path is not None:
         payload: dict[str, Any] = (
             results[0].report if len(results) == 1 else {"cases": [result.report for result in results]}

@@ -117,6 +117,13 @@ def _triggers(names: Iterable[str]) -> Trigger:
     return result
 
 
+def trigger_names(triggers: Trigger) -> list[str]:
+    """The events that start rounds, by name (``timer``, ``arrival``, ``completion``): a report says
+    which regime produced it, since round timing moves JCT and responsiveness a lot (Blox rounds on a
+    300 s timer; the Tiresias and FitGpp simulators decide on every arrival and completion)."""
+    return [t.name.lower() for t in (Trigger.TIMER, Trigger.ARRIVAL, Trigger.COMPLETION) if t & triggers and t.name]
+
+
 @dataclass(frozen=True, slots=True)
 class CaseResult:
     report: dict[str, Any]
@@ -138,11 +145,12 @@ def run_case(case: Case, *, progress: bool = False) -> CaseResult:
         progress=progress,
         fast_paths=case.fast_paths,
     )
+    scheduling = SCHEDULING.create(case.scheduler)
     simulator = Simulator(
         workload,
         cluster,
         admission=ADMISSION.create(case.admission),
-        scheduling=SCHEDULING.create(case.scheduler),
+        scheduling=scheduling,
         placement=PLACEMENT.create(case.placement),
         config=config,
         progress_total=None if case.track is not None else case.num_jobs,
@@ -154,6 +162,7 @@ def run_case(case: Case, *, progress: bool = False) -> CaseResult:
     recorded["track"] = list(case.track) if case.track is not None else None
     recorded["round_on"] = list(case.round_on)
     report = summarize(outcome, wall_s=wall, config=recorded)
+    report["round_triggers"] = trigger_names(scheduling.triggers | config.extra_triggers)
     return CaseResult(report=report, jct_s=sorted(outcome.jct), responsiveness_s=sorted(outcome.responsiveness))
 
 

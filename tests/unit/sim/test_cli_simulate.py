@@ -117,3 +117,22 @@ def test_unknown_arrivals_reading_is_refused(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         main(["simulate", "--workload", "fitgpp-synthetic", "--arrivals", "poisson"])
     assert "invalid choice: 'poisson'" in capsys.readouterr().err
+
+
+def test_the_report_names_the_round_triggers(tmp_path: Path) -> None:
+    timer_only = _run(tmp_path, "t.json", "--scheduler", "las")
+    churned = _run(tmp_path, "c.json", "--scheduler", "las", "--round-on", "churn")
+    srtf = _run(tmp_path, "s.json", "--scheduler", "srtf")
+    assert timer_only["round_triggers"] == ["timer"]
+    assert churned["round_triggers"] == ["timer", "arrival", "completion"]
+    assert srtf["round_triggers"] == ["timer", "arrival", "completion"]  # srtf declares churn itself
+
+
+def test_unfinished_measured_jobs_are_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capped = _run(tmp_path, "m.json", "--scheduler", "las", "--max-time", "300000")
+    assert isinstance(capped["unfinished"], int) and capped["unfinished"] > 0
+    err = capsys.readouterr().err
+    assert f"{capped['unfinished']} measured job(s) unfinished (the run hit --max-time)" in err
+    assert f"cover the {capped['jobs']} finished job(s) only" in err
+    _run(tmp_path, "f.json", "--scheduler", "las")
+    assert "unfinished" not in capsys.readouterr().err
