@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any
 
 from services.core.decisions import Placement, Plan, Ranking
@@ -69,7 +69,8 @@ class FreeIndex(dict[int, set[int]]):
     __slots__ = ("_buckets", "_gpu_node", "_nodes", "total", "watch")
 
     def __init__(self, cluster: ClusterState) -> None:
-        buckets: list[list[int]] = [[] for _ in range(cluster.largest_node_gpus + 1)]
+        # (map, not a list comprehension: in Python 3.11 that is a function call, and this runs every round)
+        buckets: list[list[int]] = list(map(list, repeat((), cluster.largest_node_gpus + 1)))
         if cluster.free_gpu_count:
             super().__init__(cluster.free_by_node())
             nodes = list(self)  # ``free_by_node`` lists nodes in cluster order
