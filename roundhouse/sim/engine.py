@@ -19,12 +19,14 @@ configuration give the same result, bit for bit.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import sys
 import time
 from array import array
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -182,6 +184,10 @@ class Simulator:
 
     # --- main loop ----------------------------------------------------------------------------
     def run(self) -> Outcome:
+        with _fewer_collections():
+            return self._run()
+
+    def _run(self) -> Outcome:
         config = self.config
         round_s = config.round_s
         max_time = config.max_time_s if config.max_time_s is not None else INF
@@ -563,6 +569,31 @@ class Simulator:
 
     def _check(self, t: float) -> None:
         check_invariants(self.active, self._held + self._new, self._jobs, self.cluster, t)
+
+
+GC_GEN0_THRESHOLD = 20_000
+"""The cyclic garbage collector's first threshold while a simulation runs (Python's default: 700)."""
+
+
+@contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Collect cyclic garbage less often while the loop runs, then restore the process's setting.
+
+    Every swap allocates short-lived tuples and lists (keys, queue entries, events), and at Python's
+    default threshold the collector ran ~350 times in case (a), three of them full collections over
+    every object of the process: ~0.2 s of a 4 s run. The loop makes little cyclic garbage, so
+    collecting every 20,000 net allocations instead keeps memory the same and results cannot
+    change (collection timing is invisible to the simulation). A caller that disabled automatic
+    collection (threshold 0) or set a larger threshold keeps its setting."""
+    threshold = gc.get_threshold()
+    if threshold[0] == 0 or threshold[0] >= GC_GEN0_THRESHOLD:
+        yield
+        return
+    gc.set_threshold(GC_GEN0_THRESHOLD, *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
 
 
 def _service_line(job: SimJobState) -> tuple[float, float]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import math
+from collections.abc import Iterator
 
 import pytest
 
 from roundhouse.sim.costs import CostModel, ModelCosts
-from roundhouse.sim.engine import Outcome, SimConfig, Simulator
+from roundhouse.sim.engine import GC_GEN0_THRESHOLD, Outcome, SimConfig, Simulator
 from roundhouse.sim.report import summarize
 from roundhouse.sim.synthetic import GpuCounts, PhillySynthetic
 from roundhouse.sim.workload import TraceJob, WorkloadError
@@ -96,8 +98,9 @@ def test_spread_placement_runs_slower() -> None:
     costs = CostModel(models={}, default=ModelCosts(spread_slowdown=1.5))
     # 2 nodes x 2 GPUs, first-free. J0 (1 GPU) takes GPU 0; J1 (2 GPUs) takes GPUs 1 and 2 on two
     # nodes, although one node could hold it: 1.5x slower, 100 s of work take 150 s.
-    out = simulate([tj(0, 0.0, 1000.0), tj(1, 0.0, 100.0, gpus=2)], nodes=2, per_node=2,
-                   placement="first-free", costs=costs)
+    out = simulate(
+        [tj(0, 0.0, 1000.0), tj(1, 0.0, 100.0, gpus=2)], nodes=2, per_node=2, placement="first-free", costs=costs
+    )
     assert list(out.jct) == [150.0, 1000.0]
     # Consolidated placement puts J1 on node 1 whole: 100 s.
     out = simulate([tj(0, 0.0, 1000.0), tj(1, 0.0, 100.0, gpus=2)], nodes=2, per_node=2, costs=costs)
@@ -107,8 +110,7 @@ def test_spread_placement_runs_slower() -> None:
 def test_attained_service_counts_gpu_seconds() -> None:
     # LAS on 2 GPUs: W (2 GPUs, 300 s) and N (1 GPU, 500 s) start at 0. At 100, W has 200 GPU-s and
     # N 100; a new 1-GPU job X arrives at 50 and preempts the job with the most service, W.
-    out = simulate([tj(0, 0.0, 300.0, gpus=2), tj(1, 0.0, 500.0), tj(2, 50.0, 10.0)],
-                   per_node=2, scheduler="las")
+    out = simulate([tj(0, 0.0, 300.0, gpus=2), tj(1, 0.0, 500.0), tj(2, 50.0, 10.0)], per_node=2, scheduler="las")
     assert list(out.preemptions)[-1] >= 1  # W was suspended at least once
     assert out.stalled is False
 
@@ -134,12 +136,15 @@ def test_job_classes_are_reported_separately() -> None:
     assert report["slowdown"]["TE"]["p50"] == pytest.approx(1 + 100 / 50)
 
 
-@pytest.mark.parametrize(("scheduler", "placement"), [("las", "consolidated"), ("fifo", "first-free"),
-                                                      ("las", "first-free"), ("fifo", "consolidated")])
+@pytest.mark.parametrize(
+    ("scheduler", "placement"),
+    [("las", "consolidated"), ("fifo", "first-free"), ("las", "first-free"), ("fifo", "consolidated")],
+)
 def test_invariants_hold_on_every_event(scheduler: str, placement: str) -> None:
     workload = PhillySynthetic(jobs_per_hour=6.0, seed=3, gpu_counts=GpuCounts.gavel(), num_jobs=60)
-    out = simulate(list(workload), nodes=2, per_node=4, scheduler=scheduler, placement=placement,
-                   round_s=300.0, costs=CostModel())
+    out = simulate(
+        list(workload), nodes=2, per_node=4, scheduler=scheduler, placement=placement, round_s=300.0, costs=CostModel()
+    )
     assert out.completed + out.rejected == 60
     assert all(j >= r for j, r in zip(out.jct, out.run, strict=True))
     assert out.busy_gpu_s >= out.productive_gpu_s > 0
@@ -149,8 +154,9 @@ def test_fast_paths_do_not_change_results() -> None:
     workload = list(PhillySynthetic(jobs_per_hour=3.0, seed=5, gpu_counts=GpuCounts.gavel(), num_jobs=100))
     for scheduler in ("las", "fifo"):
         fast = simulate(workload, nodes=4, per_node=4, scheduler=scheduler, round_s=300.0, debug=False)
-        slow = simulate(workload, nodes=4, per_node=4, scheduler=scheduler, round_s=300.0, debug=False,
-                        fast_paths=False)
+        slow = simulate(
+            workload, nodes=4, per_node=4, scheduler=scheduler, round_s=300.0, debug=False, fast_paths=False
+        )
         assert list(fast.jct) == list(slow.jct)
         assert fast.all_preemptions == slow.all_preemptions
 
@@ -173,8 +179,9 @@ def test_a_stale_completion_is_no_event() -> None:
     # A's first completion event (t=250) went stale when it was suspended: it must not start a
     # round (rounds at 0, 100, 200, 300 on the timer and 350 on A's completion; none at 250) nor
     # count as an event.
-    out = simulate([tj(0, 0.0, 250.0), tj(1, 50.0, 100.0)], scheduler="las",
-                   extra_triggers=Trigger.COMPLETION, fast_paths=False)
+    out = simulate(
+        [tj(0, 0.0, 250.0), tj(1, 50.0, 100.0)], scheduler="las", extra_triggers=Trigger.COMPLETION, fast_paths=False
+    )
     assert sorted(out.jct) == [150.0, 350.0]
     assert out.rounds == 5
     assert out.events == 4  # two arrivals, two completions
@@ -197,3 +204,34 @@ def test_a_preempted_job_restores_only_after_its_own_checkpoint() -> None:
     ).run()
     assert out.all_preemptions == 1
     assert sorted(out.jct)[:2] == [110.0, 165.0]
+
+
+def test_run_collects_garbage_less_often_and_restores_the_setting() -> None:
+    # The loop raises the collector's first threshold (GC_GEN0_THRESHOLD) and puts the caller's
+    # setting back afterwards; a caller that turned automatic collection off (0) keeps it off. The
+    # workload is read inside the loop, so it sees the setting the loop runs with.
+    seen: list[tuple[int, int, int]] = []
+
+    def watching() -> Iterator[TraceJob]:
+        seen.append(gc.get_threshold())
+        yield tj(0, 10.0, 50.0)
+        seen.append(gc.get_threshold())
+
+    saved = gc.get_threshold()
+    try:
+        for first, during in ((700, GC_GEN0_THRESHOLD), (0, 0), (10**6, 10**6)):
+            gc.set_threshold(first, 10, 10)
+            seen.clear()
+            sim = Simulator(
+                watching(),
+                ClusterState.uniform(1, 1),
+                admission=ADMISSION.create("accept-all"),
+                scheduling=SCHEDULING.create("fifo"),
+                placement=PLACEMENT.create("consolidated"),
+                config=SimConfig(round_s=100.0, costs=FREE),
+            )
+            assert sim.run().completed == 1
+            assert seen == [(during, 10, 10)] * 2
+            assert gc.get_threshold() == (first, 10, 10)
+    finally:
+        gc.set_threshold(*saved)
