@@ -381,13 +381,25 @@ class Simulator:
             ready = preempted_at + job.checkpoint_s
             if ready > start:  # noqa: PLR1730
                 start = ready
+        if start > t:
+            # GPUs free before ``start`` are held for this job, idle, until it can begin: busy time,
+            # counted here because ``alloc_since`` is ``start`` (a victim's checkpoint hold is its own).
+            out = self.out
+            for g in gpus:
+                held = busy[g]
+                idle = start - (held if held > t else t)
+                if idle > 0.0:  # zero for a GPU that only frees at ``start`` (the usual swap)
+                    out.busy_gpu_s += idle
         n = len(gpus)
         overhead = 0.0
         if job.preemptions > 0 or job.done0 > 0:
             costs = job.costs
             overhead = costs.restore_s + costs.relaunch_s
             job.lost_gpu_s += overhead * n
-        job.alloc_since = t
+        # The job has its GPUs from ``start``, once the victims' checkpoints (and its own) are written,
+        # not from the decision at ``t``: counted from ``t``, utilization counted the victims'
+        # checkpoint holds twice, and responsiveness ended before the job could run.
+        job.alloc_since = start
         version = job.version = job.version + 1
         job.status = _RUNNING_STATUS
         job.gpus = gpus
@@ -395,7 +407,7 @@ class Simulator:
         productive_from = start + overhead
         job.start_line(productive_from, rate)
         if job.first_start_time is None:
-            job.first_start_time = t
+            job.first_start_time = start
         job.last_start_time = t
         since = job.queued_since
         if since is not None:
@@ -440,8 +452,11 @@ class Simulator:
             for g in gpus:
                 busy[g] = hold_until
         productive_from = job.productive_from
-        if productive_from > t:  # stopped during its restore: only part of that cost was paid
-            job.lost_gpu_s -= (productive_from - t) * n
+        if productive_from > t:  # stopped during its restore: only the part of that cost from when
+            # it had its GPUs (``alloc_since``) to now was paid
+            began = job.alloc_since
+            job.lost_gpu_s -= (productive_from - (began if began > t else t)) * n
+        # Negative if stopped before it had its GPUs: that takes back the idle hold counted at launch.
         out.busy_gpu_s += (hold_until - job.alloc_since) * n
         del self._running[job_id]
         job.gpus = ()
@@ -561,6 +576,20 @@ class Simulator:
         for job in self._jobs.values():
             if job.measured and job.loss_log is not None:
                 self._record_loss(job)
+        if self.config.debug:
+            self._check_gpu_time()
+
+    def _check_gpu_time(self) -> None:
+        """GPU time is counted once: productive <= busy <= capacity (a checkpoint hold or an idle
+        reservation counted twice would push utilization above 1)."""
+        out = self.out
+        capacity = out.total_gpus * out.end_time
+        slack = 1e-6 * max(1.0, capacity)
+        if not out.productive_gpu_s <= out.busy_gpu_s + slack or not out.busy_gpu_s <= capacity + slack:
+            raise InvariantError(
+                f"GPU time: productive {out.productive_gpu_s:.3f}, busy {out.busy_gpu_s:.3f}, "
+                f"capacity {capacity:.3f} GPU-s (must be productive <= busy <= capacity)"
+            )
 
     def _record_loss(self, job: SimJobState) -> None:
         reached = job.loss_reached_at

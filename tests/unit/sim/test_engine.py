@@ -78,13 +78,18 @@ def test_las_preemption_with_checkpoint_restore_and_relaunch_costs() -> None:
     # A checkpoints until 110 (GPU busy), so B makes progress from 110 and ends at 210.
     # Round 200: B (90) still ranks above A (100). Round 300: A resumes, restore+relaunch 10 s,
     # progress from 310, 150 s left -> ends at 460. Lost work of A: 10 + 10 GPU-s.
+    # B starts when it can run, at 110 (responsiveness 60, not the decision at 100). The GPU is busy
+    # 0-110 for A (its checkpoint included), 110-210 for B and 300-460 for A: 370 GPU-s, each second
+    # once (counting B from the decision at 100 counted A's checkpoint twice).
     out = simulate([tj(0, 0.0, 250.0), tj(1, 50.0, 100.0)], scheduler="las", costs=costs)
     jct = dict(zip([1, 0], out.jct, strict=True))  # B finishes first
     assert jct == {1: 160.0, 0: 460.0}
     assert list(out.preemptions) == [0, 1]
     assert list(out.lost_gpu_s) == [0.0, 20.0]
-    assert list(out.responsiveness) == [50.0, 0.0]
+    assert list(out.responsiveness) == [60.0, 0.0]
     assert out.all_preemptions == 1
+    assert out.busy_gpu_s == 370.0
+    assert out.busy_gpu_s <= out.end_time * out.total_gpus
 
 
 def test_free_preemption_costs_nothing() -> None:
@@ -235,3 +240,17 @@ def test_run_collects_garbage_less_often_and_restores_the_setting() -> None:
             assert gc.get_threshold() == (first, 10, 10)
     finally:
         gc.set_threshold(*saved)
+
+
+def test_gpu_time_is_counted_once_under_many_preemptions() -> None:
+    # One GPU, 20 jobs of 5000 s at once, LAS with 300 s rounds and default costs: hundreds of swaps,
+    # each with a checkpoint hold. Busy time stays within capacity (the debug run checks it at the
+    # end) and equals productive time plus the preemption overheads paid on the GPU.
+    out = simulate(
+        [tj(i, 0.0, 5000.0) for i in range(20)], scheduler="las", round_s=300.0, costs=CostModel()
+    )
+    assert out.completed == 20
+    assert out.all_preemptions > 300
+    capacity = out.total_gpus * out.end_time
+    assert out.busy_gpu_s <= capacity
+    assert out.busy_gpu_s == pytest.approx(out.productive_gpu_s + out.all_lost_gpu_s, rel=1e-9)
