@@ -93,6 +93,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument("--round", type=float, default=300.0, dest="round_s", help="round length in s (default 300)")
     run.add_argument("--round-on", type=_list(str), default=[], metavar="EVENT[,EVENT...]",
                      help="also run a round on arrival, completion or churn, whatever the policy declares")
+    run.add_argument("--fill-between-rounds", action="store_true",
+                     help="between the policy's rounds, start waiting jobs on free GPUs without preempting "
+                          "(the live scheduler's default; off here, as in Blox)")
     run.add_argument("--track", type=_track, help="measure jobs START..END (inclusive), e.g. 3000:4000")
     run.add_argument("--max-time", type=float, dest="max_time_s", help="stop at this simulated time (s)")
     run.add_argument("--free-preemption", action="store_true",
@@ -131,6 +134,7 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
         round_s=args.round_s,
         track=args.track,
         round_on=tuple(args.round_on),
+        fill_between_rounds=args.fill_between_rounds,
         max_time_s=args.max_time_s,
         free_preemption=args.free_preemption,
         debug=args.debug,

@@ -51,6 +51,7 @@ class Case:
     placement: str = "consolidated"
     free_preemption: bool = False
     round_on: tuple[str, ...] = ()
+    fill_between_rounds: bool = False
     max_time_s: float | None = None
     debug: bool = False
     fast_paths: bool = True
@@ -140,6 +141,7 @@ def run_case(case: Case, *, progress: bool = False) -> CaseResult:
         track=case.track,
         max_time_s=case.max_time_s,
         extra_triggers=_triggers(case.round_on),
+        fill_between_rounds=case.fill_between_rounds,
         costs=CostModel.free() if case.free_preemption else CostModel(),
         debug=case.debug,
         progress=progress,

@@ -35,6 +35,7 @@ from roundhouse.sim.invariants import InvariantError, check_invariants, snapshot
 from roundhouse.sim.jobs import SimClock, SimJobState
 from roundhouse.sim.workload import TraceJob, checked_in_order
 from services.core.decisions import Plan
+from services.core.fill import fill_only_plan, fill_only_ranking
 from services.core.ordering import KeyedOrder
 from services.core.protocols import (
     AdmissionPolicy,
@@ -79,6 +80,10 @@ class SimConfig:
     """Check invariants after every event and that policies leave their inputs untouched (slow)."""
     progress: bool = False
     """Draw a progress bar on stderr."""
+    fill_between_rounds: bool = False
+    """Between the policy's rounds, an arrival or completion it does not react to runs a fill round
+    (``services.core.fill``: waiting jobs onto free GPUs in rank order, never preempting), as the live
+    scheduler does by default. Off by default: Blox and the papers' simulators start jobs at rounds."""
     fast_paths: bool = True
     """Use the policies' optional fast-path hooks (incremental order, round skipping). False runs
     every round through plain ``rank()``: the same results, slower (a baseline for benchmarks)."""
@@ -209,6 +214,8 @@ class Simulator:
         on_completion = self._on_completion
         on_arrival = self._on_arrival
         timer = self._timer
+        fill = config.fill_between_rounds
+        fill_due = False
         pop = heapq.heappop
         completed = _COMPLETED_STATUS
         while True:
@@ -238,21 +245,28 @@ class Simulator:
                 self._end(job, t, completed)
                 if on_completion:
                     round_at = t
-                elif timer and round_at == INF:
-                    round_at = _tick_at_or_after(t, round_s)
+                else:
+                    fill_due = fill
+                    if timer and round_at == INF:
+                        round_at = _tick_at_or_after(t, round_s)
             while upcoming is not None and upcoming.arrival_s <= t:
                 self._arrive(upcoming, t)
                 upcoming = next(workload, None)
                 if on_arrival:
                     round_at = t
-                elif timer and round_at > t:
-                    round_at = min(round_at, _tick_at_or_after(t, round_s))
+                else:
+                    fill_due = fill
+                    if timer and round_at > t:
+                        round_at = min(round_at, _tick_at_or_after(t, round_s))
             if round_at <= t:
                 ran = self._round(t)
                 round_at = self._next_round(t, ran, round_s)
                 if not events and upcoming is None and not running and (active or self._held) and not ran:
                     out.stalled = True  # jobs wait, nothing runs and nothing will arrive
                     break
+            elif fill_due:
+                self._round(t, fill_only=True)  # the policy's own round schedule is unchanged
+            fill_due = False
             if debug:
                 self._check(t)
             if self._track_left == 0:
@@ -473,8 +487,11 @@ class Simulator:
             self._keyed.push(job, t)
 
     # --- rounds -------------------------------------------------------------------------------
-    def _round(self, t: float) -> bool:
-        """Run one round at ``t``; returns whether it changed the allocation."""
+    def _round(self, t: float, *, fill_only: bool = False) -> bool:
+        """Run one round at ``t``; returns whether it changed the allocation. ``fill_only``: a fill
+        round (``services.core.fill``), skipped when no GPU is free."""
+        if fill_only and not self.cluster.free_gpu_count:
+            return False
         offered: list[JobState] = []
         if self._held or self._new:
             offered = self._held + self._new
@@ -519,12 +536,16 @@ class Simulator:
                     raise InvariantError(f"incremental order of {self.scheduling.name!r} differs from rank() at t={t}")
         else:
             ranking = self.scheduling.rank(active, cluster, t)
+        if fill_only:
+            ranking = fill_only_ranking(ranking, active)
         target = self.placement.place(ranking, active, cluster, t)
         plan = target.plan
         if plan is None or ranking.terminate or plan.terminate:  # else diff_plan would return the hint as is
             plan = diff_plan(target, ranking, active)
         if before is not None and snapshot_inputs(active, cluster) != before:
             raise InvariantError(f"a policy mutated its inputs during the round at t={t}")
+        if fill_only:
+            plan = fill_only_plan(plan, active, cluster)
         return self._apply(plan, t)
 
     def _admit(self, job: JobState, t: float) -> None:

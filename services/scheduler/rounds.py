@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from schemas.rounds import PlacementPlan, RoundTrigger
-from services.core.decisions import Ranking
 from services.core.protocols import Trigger
-from services.core.state import JobState, JobStatus
+from services.core.state import JobStatus
 from services.runtime.store import LeaseState
 from services.scheduler.book import JobBook
 from services.scheduler.inventory import Inventory
@@ -134,13 +132,6 @@ class RoundTimer:
             self._reason = None
             self._fill_only = False
             return cue
-
-
-def fill_only_ranking(ranking: Ranking, jobs: Mapping[str, JobState]) -> Ranking:
-    """``ranking`` for a fill round: placement may not preempt, and running jobs keep their size
-    (resizing one means restarting it, which waits for the policy's own round)."""
-    targets = {job_id: n for job_id, n in ranking.gpu_targets.items() if not jobs[job_id].is_running}
-    return replace(ranking, preempt=False, gpu_targets=targets)
 
 
 @dataclass(slots=True)

@@ -59,6 +59,7 @@ from schemas.subjects import (
     SCHEDULE_ROUND,
 )
 from services.core.decisions import Plan, Ranking
+from services.core.fill import fill_only_ranking
 from services.core.protocols import SchedulingPolicy
 from services.core.registry import SCHEDULING
 from services.core.state import ClusterState, JobState, JobStatus
@@ -89,7 +90,7 @@ from services.scheduler.metrics import BUCKET as METRICS_BUCKET
 from services.scheduler.metrics import BUCKET_TTL_S as METRICS_TTL_S
 from services.scheduler.metrics import apply_metrics
 from services.scheduler.queries import answer
-from services.scheduler.rounds import RoundTimer, ValidPlan, fill_only_ranking, validate_plan
+from services.scheduler.rounds import RoundTimer, ValidPlan, validate_plan
 from services.scheduler.topology import Topology, UnknownGpuError
 
 log = logging.getLogger("roundhouse.scheduler")

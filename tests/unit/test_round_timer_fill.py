@@ -10,9 +10,10 @@ import pytest
 from schemas.job import JobSpec
 from schemas.rounds import RoundTrigger
 from services.core.decisions import Ranking
+from services.core.fill import fill_only_ranking
 from services.core.protocols import Trigger
 from services.core.state import JobState, JobStatus
-from services.scheduler.rounds import RoundCue, RoundTimer, fill_only_ranking
+from services.scheduler.rounds import RoundCue, RoundTimer
 
 
 async def first_tick_taken(timer: RoundTimer) -> None:

@@ -130,9 +130,22 @@ def test_the_report_names_the_round_triggers(tmp_path: Path) -> None:
 
 def test_unfinished_measured_jobs_are_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     capped = _run(tmp_path, "m.json", "--scheduler", "las", "--max-time", "300000")
-    assert isinstance(capped["unfinished"], int) and capped["unfinished"] > 0
+    assert isinstance(capped["unfinished"], int)
+    assert capped["unfinished"] > 0
     err = capsys.readouterr().err
     assert f"{capped['unfinished']} measured job(s) unfinished (the run hit --max-time)" in err
     assert f"cover the {capped['jobs']} finished job(s) only" in err
     _run(tmp_path, "f.json", "--scheduler", "las")
     assert "unfinished" not in capsys.readouterr().err
+
+
+def test_fill_between_rounds_is_a_flag_and_only_shortens_waits(tmp_path: Path) -> None:
+    plain = _run(tmp_path, "p.json", "--scheduler", "las")
+    filled = _run(tmp_path, "f.json", "--scheduler", "las", "--fill-between-rounds")
+    config = filled["config"]
+    assert isinstance(config, dict)
+    assert config["fill_between_rounds"] is True
+    assert isinstance(plain["avg_responsiveness_s"], float)
+    assert isinstance(filled["avg_responsiveness_s"], float)
+    assert filled["avg_responsiveness_s"] < plain["avg_responsiveness_s"]
+    assert filled["round_triggers"] == plain["round_triggers"] == ["timer"]

@@ -254,3 +254,27 @@ def test_gpu_time_is_counted_once_under_many_preemptions() -> None:
     capacity = out.total_gpus * out.end_time
     assert out.busy_gpu_s <= capacity
     assert out.busy_gpu_s == pytest.approx(out.productive_gpu_s + out.all_lost_gpu_s, rel=1e-9)
+
+
+def test_fill_rounds_start_jobs_on_free_gpus_between_ticks() -> None:
+    # FIFO, one GPU, 100 s rounds. A (50 s) arrives at 10: the GPU is free, a fill round starts it at
+    # 10 (not at the tick at 100); it ends at 60 and the completion's fill round starts B (30 s,
+    # arrived at 20) at once; B ends at 90. JCT: A 50, B 70; responsiveness: A 0, B 40.
+    out = simulate([tj(0, 10.0, 50.0), tj(1, 20.0, 30.0)], fill_between_rounds=True)
+    assert list(out.jct) == [50.0, 70.0]
+    assert list(out.responsiveness) == [0.0, 40.0]
+    assert out.end_time == 90.0
+
+
+def test_fill_rounds_never_preempt_and_leave_the_policys_rounds_alone() -> None:
+    # LAS, one GPU, free preemption. A (250 s) starts at the tick at 0. B (80 s) arrives at 50: no GPU
+    # is free, so the fill round does nothing and B waits for the policy's round at 100, which
+    # preempts A (100 GPU-s) for B (0). B ends at 180; its completion's fill round resumes A at once
+    # (not at the tick at 200): A's last 150 s end at 330. Without fill rounds A resumes at 200.
+    jobs = [tj(0, 0.0, 250.0), tj(1, 50.0, 80.0)]
+    filled = simulate(jobs, scheduler="las", fill_between_rounds=True)
+    plain = simulate(jobs, scheduler="las")
+    assert dict(zip([1, 0], filled.jct, strict=True)) == {1: 130.0, 0: 330.0}
+    assert dict(zip([1, 0], plain.jct, strict=True)) == {1: 130.0, 0: 350.0}
+    assert filled.all_preemptions == plain.all_preemptions == 1
+    assert list(filled.responsiveness) == [50.0, 0.0]
