@@ -1,4 +1,4 @@
-"""``las``: least attained service first (Blox §4.1 "single-queue LAS", Table 3; after Tiresias).
+"""``las`` (and ``las-time``): least attained service first (Blox §4.1 "single-queue LAS", Table 3; after Tiresias).
 
 Jobs are ranked by attained service, GPU-seconds of productive execution so far (GPUs x executed
 time, Tiresias' definition; for the 1-GPU jobs of Blox's Philly workload this equals Blox's
@@ -85,3 +85,21 @@ class Las:
         key = self.sort_key
         order = tuple(j.job_id for j in sorted(jobs.values(), key=lambda j: key(j, now)))
         return Ranking(order=order)
+
+
+@SCHEDULING.register("las-time")
+class LasTime(Las):
+    """LAS by executed wall time, whatever the GPU count: the attained service of Blox's released
+    code (its job state adds the round's length to ``attained_service`` each round a job runs), as
+    opposed to Tiresias' GPU-seconds that ``las`` uses. The two rank alike when every job has one
+    GPU (Blox's default workload); with multi-GPU jobs wide jobs age slower here. Same starvation
+    promotion. For comparisons with Blox's simulator on multi-GPU workloads.
+
+    A running job's executed time grows at one second per second, not ``len(gpus)``, so this has no
+    ``key_parts``: owners re-key running jobs each round (``services.core.ordering``)."""
+
+    name: ClassVar[str] = "las-time"
+    key_parts = None  # type: ignore[assignment]  # see the class docstring
+
+    def sort_key(self, job: JobState, now: float) -> tuple[Any, ...]:
+        return (0 if self.promoted(job, now) else 1, job.executed_time, job.submit_time, job.seq)

@@ -94,3 +94,26 @@ def test_default_threshold_is_bloxs() -> None:
 def test_rejects_nonpositive_threshold() -> None:
     with pytest.raises(ValueError, match="starvation_s"):
         Las(starvation_s=0.0)
+
+
+def test_las_time_ranks_by_executed_time_not_gpu_seconds() -> None:
+    # Blox's attained service is executed wall time: 2 GPUs for 100 s (200 GPU-s) now rank ahead of
+    # 1 GPU for 150 s, the reverse of ``las`` (GPU-seconds); one-GPU jobs rank alike under both.
+    wide = job("wide", gpus=2, service=200.0, executed=100.0, on=(0, 1))
+    narrow = job("narrow", service=150.0, executed=150.0, on=(2,))
+    fresh = job("fresh", submit=5.0)
+    jobs = jobs_of(wide, narrow, fresh)
+    state = cluster(1, 4, running=[wide, narrow])
+    before = frozen(jobs, state)
+    assert list(SCHEDULING.create("las-time").rank(jobs, state, now=200.0).order) == ["fresh", "wide", "narrow"]
+    assert list(SCHEDULING.create("las").rank(jobs, state, now=200.0).order) == ["fresh", "narrow", "wide"]
+    assert_unchanged(before, jobs, state)
+
+
+def test_las_time_keeps_the_starvation_promotion_and_has_no_key_parts() -> None:
+    policy = SCHEDULING.create("las-time", starvation_s=100.0)
+    starved = job("starved", service=5000.0, executed=5000.0, queued_since=50.0)
+    fresh = job("fresh", submit=190.0)
+    jobs = jobs_of(fresh, starved)
+    assert list(policy.rank(jobs, cluster(1, 4), now=200.0).order) == ["starved", "fresh"]
+    assert getattr(policy, "key_parts", None) is None  # executed time does not grow with the GPU count

@@ -143,7 +143,8 @@ def test_job_classes_are_reported_separately() -> None:
 
 @pytest.mark.parametrize(
     ("scheduler", "placement"),
-    [("las", "consolidated"), ("fifo", "first-free"), ("las", "first-free"), ("fifo", "consolidated")],
+    [("las", "consolidated"), ("fifo", "first-free"), ("las", "first-free"), ("fifo", "consolidated"),
+     ("las-time", "consolidated")],
 )
 def test_invariants_hold_on_every_event(scheduler: str, placement: str) -> None:
     workload = PhillySynthetic(jobs_per_hour=6.0, seed=3, gpu_counts=GpuCounts.gavel(), num_jobs=60)
