@@ -23,9 +23,16 @@ from roundhouse.sim.report import format_table
 from roundhouse.sim.synthetic import FITGPP_ARRIVALS
 from roundhouse.sim.traces import FORMATS
 from roundhouse.sim.workload import WorkloadError
-from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING, UnknownPolicyError
+from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING, Registry, UnknownPolicyError
 
 T = TypeVar("T")
+
+_OPTION_EXAMPLES = {
+    "scheduler": "'{\"queue_thresholds_gpu_s\": [3250, 7200], \"promote_knob\": null}' for tiresias as the "
+                 "Tiresias simulator's dlas-gpu",
+    "admission": "'{\"factor\": 1.2}' for load-threshold",
+    "placement": "'{}'",
+}
 
 
 def _list(kind: Callable[[str], T]) -> Callable[[str], list[T]]:
@@ -49,6 +56,16 @@ def _track(text: str) -> tuple[int, int]:
     if not 0 <= start <= end:
         raise argparse.ArgumentTypeError(f"--track needs 0 <= START <= END, got {text!r}")
     return start, end
+
+
+def _options(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"policy options must be a JSON object, got {text!r}: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"policy options must be a JSON object, got {text!r}")
+    return value
 
 
 def _cluster(text: str) -> str:
@@ -89,6 +106,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     policies.add_argument("--scheduler", type=_list(str), default=["fifo"], metavar="NAME[,NAME...]")
     policies.add_argument("--admission", type=_list(str), default=["accept-all"], metavar="NAME[,NAME...]")
     policies.add_argument("--placement", type=_list(str), default=["consolidated"], metavar="NAME[,NAME...]")
+    for kind in ("scheduler", "admission", "placement"):
+        policies.add_argument(f"--{kind}-options", type=_options, default={}, metavar="JSON",
+                              help=f"keyword options of the {kind} policy (every case of a sweep), e.g. "
+                                   + _OPTION_EXAMPLES[kind])  # fmt: skip
     run = parser.add_argument_group("simulation")
     run.add_argument("--round", type=float, default=300.0, dest="round_s", help="round length in s (default 300)")
     run.add_argument("--round-on", type=_list(str), default=[], metavar="EVENT[,EVENT...]",
@@ -116,10 +137,24 @@ def _check_names(kind: str, names: Sequence[str], valid: Callable[[], list[str]]
             raise UnknownPolicyError(kind, name, known)
 
 
+def _check_options(kind: str, registry: Registry[Any], names: Sequence[str], options: dict[str, Any]) -> None:
+    """Build each named policy once with ``options`` so a bad option fails before any case runs."""
+    if not options:
+        return
+    for name in names:
+        try:
+            registry.create(name, **options)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{kind} policy {name!r} rejects options {options}: {exc}") from None
+
+
 def build_cases(args: argparse.Namespace) -> list[Case]:
     _check_names("scheduling", args.scheduler, SCHEDULING.names)
     _check_names("admission", args.admission, ADMISSION.names)
     _check_names("placement", args.placement, PLACEMENT.names)
+    _check_options("scheduling", SCHEDULING, args.scheduler, args.scheduler_options)
+    _check_options("admission", ADMISSION, args.admission, args.admission_options)
+    _check_options("placement", PLACEMENT, args.placement, args.placement_options)
     if args.trace is not None and args.format is None:
         raise WorkloadError("--trace needs --format (" + ", ".join(FORMATS) + ")")
     base = Case(
@@ -135,6 +170,9 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
         track=args.track,
         round_on=tuple(args.round_on),
         fill_between_rounds=args.fill_between_rounds,
+        scheduler_options=args.scheduler_options,
+        admission_options=args.admission_options,
+        placement_options=args.placement_options,
         max_time_s=args.max_time_s,
         free_preemption=args.free_preemption,
         debug=args.debug,

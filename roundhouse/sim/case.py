@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,10 @@ class Case:
     free_preemption: bool = False
     round_on: tuple[str, ...] = ()
     fill_between_rounds: bool = False
+    scheduler_options: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword options of the scheduling policy (as a service's ``policy_options``)."""
+    admission_options: Mapping[str, Any] = field(default_factory=dict)
+    placement_options: Mapping[str, Any] = field(default_factory=dict)
     max_time_s: float | None = None
     debug: bool = False
     fast_paths: bool = True
@@ -147,13 +151,13 @@ def run_case(case: Case, *, progress: bool = False) -> CaseResult:
         progress=progress,
         fast_paths=case.fast_paths,
     )
-    scheduling = SCHEDULING.create(case.scheduler)
+    scheduling = SCHEDULING.create(case.scheduler, **case.scheduler_options)
     simulator = Simulator(
         workload,
         cluster,
-        admission=ADMISSION.create(case.admission),
+        admission=ADMISSION.create(case.admission, **case.admission_options),
         scheduling=scheduling,
-        placement=PLACEMENT.create(case.placement),
+        placement=PLACEMENT.create(case.placement, **case.placement_options),
         config=config,
         progress_total=None if case.track is not None else case.num_jobs,
     )

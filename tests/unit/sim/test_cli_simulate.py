@@ -149,3 +149,27 @@ def test_fill_between_rounds_is_a_flag_and_only_shortens_waits(tmp_path: Path) -
     assert isinstance(filled["avg_responsiveness_s"], float)
     assert filled["avg_responsiveness_s"] < plain["avg_responsiveness_s"]
     assert filled["round_triggers"] == plain["round_triggers"] == ["timer"]
+
+
+def test_policy_options_reach_the_policy(tmp_path: Path) -> None:
+    # Load-threshold admission holding jobs above 0.3 x the cluster's GPUs (instead of its default
+    # 1.2 x) keeps jobs waiting that the default admits: the option must reach the policy object.
+    admission = ["--scheduler", "fifo", "--admission", "load-threshold"]
+    default = _run(tmp_path, "default.json", *admission)
+    strict = _run(tmp_path, "strict.json", *admission, "--admission-options", '{"factor": 0.3}')
+    config = strict["config"]
+    assert isinstance(config, dict)
+    assert config["admission_options"] == {"factor": 0.3}
+    assert isinstance(default["avg_responsiveness_s"], float)
+    assert isinstance(strict["avg_responsiveness_s"], float)
+    assert strict["avg_responsiveness_s"] > default["avg_responsiveness_s"] + 3600
+
+
+def test_bad_policy_options_are_refused_with_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*BASE, "--scheduler", "las", "--scheduler-options", '{"nope": 1}']) == 2
+    err = capsys.readouterr().err
+    assert "scheduling policy 'las' rejects options {'nope': 1}" in err
+    assert "unexpected keyword argument 'nope'" in err
+    with pytest.raises(SystemExit):
+        main([*BASE, "--scheduler", "las", "--scheduler-options", "[1]"])
+    assert "must be a JSON object" in capsys.readouterr().err
