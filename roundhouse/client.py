@@ -15,13 +15,17 @@ import uuid
 from dataclasses import dataclass
 
 from nats.aio.subscription import Subscription
+from nats.errors import NoServersError
 
 from schemas.control import JobsQuery, JobsReply
 from schemas.job import JobSpec
 from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobHeld, JobRejected
 from services.runtime.bus import Bus, BusOptions
 
-__all__ = ["Client", "NoVerdictError", "Verdict"]
+__all__ = ["CONNECT_ATTEMPTS", "Client", "NoVerdictError", "Verdict"]
+
+CONNECT_ATTEMPTS = 3
+"""Tries per server before ``Client.connect`` gives up (and, once connected, per reconnection)."""
 
 
 class NoVerdictError(TimeoutError):
@@ -47,10 +51,22 @@ class Client:
         self.bus = bus
 
     @classmethod
-    async def connect(cls, nats: str, *, namespace: str = "", name: str = "roundhouse-client") -> Client:
+    async def connect(
+        cls, nats: str, *, namespace: str = "", name: str = "roundhouse-client", attempts: int = CONNECT_ATTEMPTS
+    ) -> Client:
+        """Connect to the Roundhouse at ``nats``; ``ConnectionRefusedError`` (an ``OSError``) when
+        no server answers after ``attempts`` tries each. A long-lived program that should ride out a
+        broker restart passes ``attempts=-1`` (retry forever, as the services do)."""
         # Provisioning the stream is idempotent; doing it here means a job submitted before the
         # services have started waits in the stream instead of failing.
-        return cls(await Bus.connect(nats, name=name, options=BusOptions(namespace=namespace)))
+        # A few tries, not forever: a command against a stopped cluster must say so, not hang.
+        options = BusOptions(namespace=namespace, max_reconnect_attempts=attempts)
+        try:
+            bus = await Bus.connect(nats, name=name, options=options)
+        except NoServersError:
+            hint = "is Roundhouse running? `roundhouse up`"
+            raise ConnectionRefusedError(f"nothing answers at {nats} ({hint})") from None
+        return cls(bus)
 
     async def close(self) -> None:
         await self.bus.close()

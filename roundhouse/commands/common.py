@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -21,6 +22,9 @@ def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
 def with_client(args: argparse.Namespace, work: Callable[[Client], Awaitable[T]]) -> T:
     """Connect as the flags say, run ``work``, disconnect."""
     endpoint = resolve(args.nats, args.namespace)
+    # The bus logs each failed connection attempt (useful in a service's log); a command reports
+    # the outcome once, in its own words.
+    logging.getLogger("roundhouse.bus").setLevel(logging.ERROR)
 
     async def main() -> T:
         client = await Client.connect(endpoint.nats, namespace=endpoint.namespace)

@@ -55,8 +55,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         reply = with_client(args, ask)
-    except (TimeoutError, OSError) as exc:
-        print(f"roundhouse jobs: no answer from the scheduler ({exc!r}); is Roundhouse running?", file=sys.stderr)
+    except TimeoutError:
+        print("roundhouse jobs: no answer from the scheduler; is its service running?", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"roundhouse jobs: cannot reach NATS: {exc}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps({"jobs": [j.model_dump(mode="json") for j in reply.jobs], "truncated": reply.truncated}))

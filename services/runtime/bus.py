@@ -102,6 +102,10 @@ class BusOptions:
     """JetStream keeps message ids this long for dedup; retries must land within it."""
     stream_replicas: int = 1
     reconnect_wait_s: float = 0.25
+    max_reconnect_attempts: int = -1
+    """Tries per server, the first connection included; -1: forever (services wait for their broker).
+    A command-line client gives up instead, so a command against a stopped cluster fails fast."""
+    connect_timeout_s: float = 2.0
 
 
 class Bus:
@@ -132,7 +136,8 @@ class Bus:
         options: BusOptions | None = None,
         provision: bool = True,
     ) -> Bus:
-        """Connect (reconnecting forever on loss) and, unless told not to, provision the stream."""
+        """Connect (reconnecting on loss, forever unless ``options`` says otherwise) and, unless told
+        not to, provision the stream."""
         options = options or BusOptions()
         holder: list[Bus] = []
 
@@ -151,8 +156,9 @@ class Bus:
             servers,
             name=name,
             allow_reconnect=True,
-            max_reconnect_attempts=-1,
+            max_reconnect_attempts=options.max_reconnect_attempts,
             reconnect_time_wait=options.reconnect_wait_s,
+            connect_timeout=options.connect_timeout_s,
             disconnected_cb=on_disconnected,
             reconnected_cb=on_reconnected,
             error_cb=on_error,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -114,3 +116,31 @@ async def test_jobs_and_cancel_talk_to_the_scheduler(
 def test_unknown_service_lists_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli("service", "schedular") == 2
     assert "valid: admission, metrics, placement, scheduler, worker" in capsys.readouterr().err
+
+
+def _unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("jobs",), ("submit", "--gpus", "1", "--", "python", "train.py"), ("cancel", "some-job")],
+    ids=["jobs", "submit", "cancel"],
+)
+def test_a_command_against_a_stopped_cluster_fails_fast_and_says_so(
+    command: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Nothing listens on the port (a stale up.json, a stopped `roundhouse up`): the command must not
+    # retry forever as a service would, but fail within seconds with the address in its message.
+    url = f"nats://127.0.0.1:{_unused_port()}"
+    began = time.monotonic()
+    code = cli(command[0], "--nats", url, *command[1:])
+    elapsed = time.monotonic() - began
+    assert code == 1
+    assert elapsed < 15.0
+    err = capsys.readouterr().err
+    assert f"roundhouse {command[0]}: cannot reach NATS: nothing answers at {url}" in err
+    assert "Traceback" not in err
