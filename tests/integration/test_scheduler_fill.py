@@ -21,7 +21,9 @@ async def test_a_job_on_free_gpus_starts_without_waiting_for_the_tick(
         await c.submit("trial", spec("trial"))
         await wait_for(lambda: "trial" in running_jobs(s), timeout_s=5.0, what="trial running before the tick")
         assert s.rounds_run == rounds_before + 1
-        assert s.timings is not None and s.timings.launched == 1 and s.timings.suspended == 0
+        assert s.timings is not None
+        assert s.timings.launched == 1
+        assert s.timings.suspended == 0
 
 
 async def test_without_fill_rounds_the_job_waits_for_the_policys_round(
