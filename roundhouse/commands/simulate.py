@@ -137,24 +137,21 @@ def _check_names(kind: str, names: Sequence[str], valid: Callable[[], list[str]]
             raise UnknownPolicyError(kind, name, known)
 
 
-def _check_options(kind: str, registry: Registry[Any], names: Sequence[str], options: dict[str, Any]) -> None:
+def _check_options(registry: Registry[Any], names: Sequence[str], options: dict[str, Any]) -> None:
     """Build each named policy once with ``options`` so a bad option fails before any case runs."""
     if not options:
         return
     for name in names:
-        try:
-            registry.create(name, **options)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{kind} policy {name!r} rejects options {options}: {exc}") from None
+        registry.check(name, options)
 
 
 def build_cases(args: argparse.Namespace) -> list[Case]:
     _check_names("scheduling", args.scheduler, SCHEDULING.names)
     _check_names("admission", args.admission, ADMISSION.names)
     _check_names("placement", args.placement, PLACEMENT.names)
-    _check_options("scheduling", SCHEDULING, args.scheduler, args.scheduler_options)
-    _check_options("admission", ADMISSION, args.admission, args.admission_options)
-    _check_options("placement", PLACEMENT, args.placement, args.placement_options)
+    _check_options(SCHEDULING, args.scheduler, args.scheduler_options)
+    _check_options(ADMISSION, args.admission, args.admission_options)
+    _check_options(PLACEMENT, args.placement, args.placement_options)
     if args.trace is not None and args.format is None:
         raise WorkloadError("--trace needs --format (" + ", ".join(FORMATS) + ")")
     base = Case(

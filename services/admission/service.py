@@ -63,7 +63,7 @@ from services.admission.ledger import Ledger
 from services.admission.outbox import VerdictOutbox
 from services.core.decisions import Admission
 from services.core.protocols import AdmissionPolicy, accepts_all
-from services.core.registry import ADMISSION, UnknownPolicyError
+from services.core.registry import ADMISSION
 from services.core.state import ClusterState, JobState
 from services.placement.inventory import Inventory
 from services.runtime.bus import Bus
@@ -137,12 +137,7 @@ class AdmissionConfig(ServiceConfig):
     @model_validator(mode="after")
     def _policy_builds(self) -> AdmissionConfig:
         # Fail at configuration time, with the valid names, rather than in the service's start.
-        try:
-            ADMISSION.create(self.policy, **self.policy_options)
-        except UnknownPolicyError as exc:
-            raise ValueError(str(exc)) from None
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"policy {self.policy!r} rejects policy_options {self.policy_options}: {exc}") from None
+        ADMISSION.check(self.policy, self.policy_options, label="policy_options")
         return self
 
 

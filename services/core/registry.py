@@ -6,7 +6,7 @@ lazily on the first lookup, so ``services.core`` does not import the services th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import import_module
 from typing import Any, Generic, TypeVar
 
@@ -59,6 +59,16 @@ class Registry(Generic[T]):
         except KeyError:
             raise UnknownPolicyError(self.kind, name, self.names()) from None
         return factory(**options)
+
+    def check(self, name: str, options: Mapping[str, Any], *, label: str = "options") -> None:
+        """Build ``name`` with ``options`` once and drop it, so configuration fails early with a
+        ``ValueError`` that says what is wrong (the valid names, or the option the policy refused)."""
+        try:
+            self.create(name, **options)
+        except UnknownPolicyError as exc:
+            raise ValueError(str(exc)) from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{self.kind} policy {name!r} rejects {label} {dict(options)}: {exc}") from None
 
 
 

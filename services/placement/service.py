@@ -46,7 +46,7 @@ from schemas.subjects import (
 )
 from services.core.decisions import Ranking
 from services.core.protocols import PlacementPolicy
-from services.core.registry import PLACEMENT, UnknownPolicyError
+from services.core.registry import PLACEMENT
 from services.core.round import diff_plan
 from services.core.state import JobState
 from services.placement.view import ClusterView
@@ -87,12 +87,7 @@ class PlacementConfig(ServiceConfig):
     @model_validator(mode="after")
     def _policy_builds(self) -> PlacementConfig:
         # Fail at configuration time, with the valid names, rather than in the service's start.
-        try:
-            PLACEMENT.create(self.policy, **self.policy_options)
-        except UnknownPolicyError as exc:
-            raise ValueError(str(exc)) from None
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"policy {self.policy!r} rejects policy_options {self.policy_options}: {exc}") from None
+        PLACEMENT.check(self.policy, self.policy_options, label="policy_options")
         return self
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from services.core.registry import SCHEDULING, UnknownPolicyError
+from services.core.registry import SCHEDULING
 from services.runtime.config import ServiceConfig
 from services.scheduler.resume import DEFAULT_RESTORE_ALLOWANCE_S
 
@@ -50,10 +50,5 @@ class SchedulerConfig(ServiceConfig):
     @model_validator(mode="after")
     def _policy_builds(self) -> SchedulerConfig:
         # Fail at configuration time, with the valid names, rather than when the service starts.
-        try:
-            SCHEDULING.create(self.policy, **self.policy_options)
-        except UnknownPolicyError as exc:
-            raise ValueError(str(exc)) from None
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"policy {self.policy!r} rejects policy_options {self.policy_options}: {exc}") from None
+        SCHEDULING.check(self.policy, self.policy_options, label="policy_options")
         return self

@@ -7,12 +7,8 @@ import asyncio
 
 import pytest
 
-from schemas.job import JobSpec
 from schemas.rounds import RoundTrigger
-from services.core.decisions import Ranking
-from services.core.fill import fill_only_ranking
 from services.core.protocols import Trigger
-from services.core.state import JobState, JobStatus
 from services.scheduler.rounds import RoundCue, RoundTimer
 
 
@@ -73,21 +69,3 @@ async def test_fill_churn_does_not_downgrade_a_pending_full_round() -> None:
 async def test_the_tick_is_always_a_full_round() -> None:
     timer = RoundTimer(0.2, Trigger.TIMER, debounce_s=0.01, fill=True)
     assert await timer.next_cue() == RoundCue(RoundTrigger.TIMER, fill_only=False)
-
-
-def job(job_id: str, *, running: bool) -> JobState:
-    state = JobState(job_id=job_id, spec=JobSpec(name=job_id, command=["x"], gpus=1, max_gpus=4), submit_time=0.0)
-    if running:
-        state.status = JobStatus.RUNNING
-        state.gpus = (0,)
-    return state
-
-
-def test_fill_only_ranking_forbids_preemption_and_keeps_running_jobs_size() -> None:
-    jobs = {"run": job("run", running=True), "wait": job("wait", running=False)}
-    ranking = Ranking(order=("wait", "run"), preempt=True, gpu_targets={"run": 3, "wait": 2}, terminate={"x": "done"})
-    filled = fill_only_ranking(ranking, jobs)
-    assert filled.preempt is False
-    assert dict(filled.gpu_targets) == {"wait": 2}
-    assert filled.order == ranking.order
-    assert filled.terminate == ranking.terminate
