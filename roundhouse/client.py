@@ -20,12 +20,14 @@ from nats.errors import NoServersError
 from schemas.control import JobsQuery, JobsReply
 from schemas.job import JobSpec
 from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobHeld, JobRejected
-from services.runtime.bus import Bus, BusOptions
+from services.runtime.bus import Bus, BusOptions, NoResponderError
 
 __all__ = ["CONNECT_ATTEMPTS", "Client", "NoVerdictError", "Verdict"]
 
 CONNECT_ATTEMPTS = 3
 """Tries per server before ``Client.connect`` gives up (and, once connected, per reconnection)."""
+_LEADER_POLL_S = 0.2
+"""How often ``Client.jobs`` asks again while no scheduler leads."""
 
 
 class NoVerdictError(TimeoutError):
@@ -125,8 +127,21 @@ class Client:
         return queue, subs
 
     async def jobs(self, query: JobsQuery | None = None, *, timeout_s: float = 5.0) -> JobsReply:
-        """The scheduler leader's view of jobs (unfinished ones by default)."""
-        return await self.bus.request("query.jobs", query or JobsQuery(), JobsReply, timeout_s=timeout_s)
+        """The scheduler leader's view of jobs (unfinished ones by default).
+
+        Only the leader serves ``query.jobs``, so during an election (a scheduler starting, as just
+        after ``roundhouse up``, or taking over) nothing does for a moment: the query is asked again
+        until ``timeout_s`` has passed, then ``NoResponderError`` says that no scheduler leads."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            left = deadline - loop.time()
+            try:
+                return await self.bus.request("query.jobs", query or JobsQuery(), JobsReply, timeout_s=max(left, 0.1))
+            except NoResponderError:
+                if loop.time() + _LEADER_POLL_S >= deadline:
+                    raise
+            await asyncio.sleep(_LEADER_POLL_S)
 
     async def cancel(self, job_id: str, *, reason: str | None = None, user: str | None = None) -> None:
         fields: dict[str, object] = {"job_id": job_id}

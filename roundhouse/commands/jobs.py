@@ -10,6 +10,7 @@ import time
 from roundhouse.client import Client
 from roundhouse.commands.common import add_endpoint_flags, with_client
 from schemas.control import JobsQuery, JobsReply, JobView
+from services.runtime.bus import BusError, NoResponderError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -57,6 +58,13 @@ def run(args: argparse.Namespace) -> int:
         reply = with_client(args, ask)
     except TimeoutError:
         print("roundhouse jobs: no answer from the scheduler; is its service running?", file=sys.stderr)
+        return 1
+    except NoResponderError:
+        print("roundhouse jobs: no scheduler is leading (nothing answers query.jobs); is its service running?",
+              file=sys.stderr)
+        return 1
+    except BusError as exc:  # the scheduler answered with an error (e.g. it stopped leading meanwhile)
+        print(f"roundhouse jobs: the scheduler failed to answer: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"roundhouse jobs: cannot reach NATS: {exc}", file=sys.stderr)

@@ -6,7 +6,8 @@
 * ``subscribe`` decodes and validates before the handler runs; a malformed message is logged with its
   reason, counted and dropped, and the subscription keeps going.
 * ``request`` / ``serve`` do typed request-reply; a handler's failure travels back as an error header,
-  so the caller gets a clear :class:`RemoteError` instead of a time-out.
+  so the caller gets a clear :class:`RemoteError` instead of a time-out, and a subject nobody serves
+  raises :class:`NoResponderError` at once.
 * ``consume`` runs a durable pull consumer that acks only after the handler returned (the handler
   commits its own state first) and dead-letters what can never be processed (see ``consumer.py``).
 * ``kv`` opens a bucket with compare-and-set and watchers that survive a broker restart (``kv.py``).
@@ -66,6 +67,10 @@ class PublishError(BusError):
 
 class RemoteError(BusError):
     """The replying side of a request failed; the message is its reason."""
+
+
+class NoResponderError(BusError):
+    """Nothing serves the subject of a request (the broker said so at once, with no time-out)."""
 
 
 @dataclass(slots=True)
@@ -346,7 +351,12 @@ class Bus:
         spec = self._check_model(subject, type(event))
         if spec.reply_model is None or not issubclass(spec.reply_model, reply):
             raise WrongModelError(f"subject {subject!r} does not reply with {reply.__name__}")
-        msg = await self.nc.request(self.wire(subject), encode(event), timeout=timeout_s)
+        try:
+            msg = await self.nc.request(self.wire(subject), encode(event), timeout=timeout_s)
+        except nats.errors.NoRespondersError:
+            # nats-py's own error is no BusError nor OSError, so callers that handle both still
+            # printed a traceback when the service was not (yet) subscribed.
+            raise NoResponderError(f"{subject}: nothing serves this subject (is its service running?)") from None
         if msg.headers and ERROR_HEADER in msg.headers:
             raise RemoteError(f"{subject}: {msg.headers[ERROR_HEADER]}")
         return decode_as(reply, msg.data, subject=subject)

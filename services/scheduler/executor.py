@@ -22,7 +22,7 @@ import nats.errors
 from schemas.job import JobSpec
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason, WorldInfo
 from schemas.subjects import lease_grant, lease_revoke
-from services.runtime.bus import Bus, RemoteError
+from services.runtime.bus import Bus, NoResponderError, RemoteError
 from services.scheduler.leases import Lease
 
 log = logging.getLogger("roundhouse.scheduler.executor")
@@ -189,7 +189,7 @@ class LeaseExecutor:
         async with self._limit:
             try:
                 return await self.bus.request(subject, command, LeaseAck, timeout_s=self._timeout)
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError, TimeoutError):
+            except (nats.errors.TimeoutError, NoResponderError, TimeoutError):
                 await asyncio.sleep(min(0.1, self._timeout))
                 return None
             except RemoteError as exc:

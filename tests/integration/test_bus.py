@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,7 +18,7 @@ from schemas.jobs import JobArrived
 from schemas.leases import LeaseAck, LeaseGrant
 from schemas.metrics import JobMetrics
 from services.runtime.broker import Broker
-from services.runtime.bus import Bus, BusOptions, RemoteError, WrongModelError
+from services.runtime.bus import Bus, BusOptions, NoResponderError, RemoteError, WrongModelError
 from services.runtime.consumer import ConsumerOptions
 from services.runtime.kv import KVConflictError, KVEntry
 from tests.helpers import eventually
@@ -95,6 +96,14 @@ async def test_request_reply_is_typed_and_errors_travel_back(bus: Bus) -> None:
     assert reply.headers is not None
     assert "malformed request" in reply.headers["Roundhouse-Error"]
     assert "lease_id" in reply.headers["Roundhouse-Error"]
+
+
+async def test_a_request_nobody_serves_fails_at_once(bus: Bus) -> None:
+    grant = example(LeaseGrant)
+    began = time.monotonic()
+    with pytest.raises(NoResponderError, match="nothing serves this subject"):
+        await bus.request(f"lease.grant.{grant.node_id}", grant, LeaseAck, timeout_s=5.0)
+    assert time.monotonic() - began < 2.0  # the broker says so; no waiting for the time-out
 
 
 async def test_malformed_core_messages_are_dropped_and_the_subscription_keeps_going(bus: Bus) -> None:

@@ -113,6 +113,47 @@ async def test_jobs_and_cancel_talk_to_the_scheduler(
     assert [(c.job_id, c.reason) for c in cancelled] == [("job-1", "wrong lr")]
 
 
+async def test_jobs_waits_for_a_leader_then_says_none_leads(
+    broker: Broker, bus: Bus, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    endpoint = ("--nats", broker.url, "--namespace", namespace)
+    # Nothing serves query.jobs (no scheduler, or one still electing itself): after the client's
+    # 5 s of asking again, a clear message and exit 1, not nats-py's NoRespondersError traceback.
+    began = time.monotonic()
+    assert await asyncio.to_thread(cli, "jobs", *endpoint) == 1
+    waited = time.monotonic() - began
+    err = capsys.readouterr().err
+    assert "roundhouse jobs: no scheduler is leading (nothing answers query.jobs)" in err
+    assert "Traceback" not in err
+    assert 4.0 <= waited < 15.0
+
+    # A leader that starts serving while the command asks (as just after `roundhouse up`) answers it.
+    async def on_query(query: JobsQuery) -> JobsReply:
+        return JobsReply(jobs=[], epoch=1)
+
+    async def lead_later() -> None:
+        await asyncio.sleep(1.0)
+        await bus.serve("query.jobs", JobsQuery, on_query)
+
+    serving = asyncio.create_task(lead_later())
+    assert await asyncio.to_thread(cli, "jobs", *endpoint, "--json") == 0
+    await serving
+    assert json.loads(capsys.readouterr().out) == {"jobs": [], "truncated": False}
+
+
+async def test_jobs_reports_a_failed_answer_without_a_traceback(
+    broker: Broker, bus: Bus, namespace: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def on_query(query: JobsQuery) -> JobsReply:
+        raise RuntimeError("not the leader; ask again")
+
+    await bus.serve("query.jobs", JobsQuery, on_query)
+    assert await asyncio.to_thread(cli, "jobs", "--nats", broker.url, "--namespace", namespace) == 1
+    err = capsys.readouterr().err
+    assert "roundhouse jobs: the scheduler failed to answer: query.jobs: RuntimeError: not the leader" in err
+    assert "Traceback" not in err
+
+
 def test_unknown_service_lists_the_valid_ones(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli("service", "schedular") == 2
     assert "valid: admission, metrics, placement, scheduler, worker" in capsys.readouterr().err

@@ -23,7 +23,7 @@ import pytest
 from schemas.control import JobsQuery, JobsReply
 from schemas.job import JobSpec
 from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobSuspended, SuspendReason
-from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant
+from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, RevokeReason
 from schemas.rounds import ScheduleRound
 from schemas.subjects import (
     JOB_ACCEPTED,
@@ -44,7 +44,9 @@ from services.runtime.config import ConfigError, load_config
 from services.runtime.consumer import ConsumerOptions
 from services.runtime.store import LeaseState
 from services.scheduler.config import SchedulerConfig
+from services.scheduler.executor import GrantRefusedError, LeaseExecutor
 from services.scheduler.fakes import FakeWorkers, InlinePlacement
+from services.scheduler.leases import Lease
 from services.scheduler.service import SchedulerService
 
 REPO = Path(__file__).resolve().parents[2]
@@ -671,3 +673,16 @@ async def test_a_completion_landing_after_its_lease_was_released_as_lost_ends_th
         # The GPU is free for the next job.
         await c.submit("next", spec("next"))
         await held_by_worker(workers, "next")
+
+
+async def test_commands_to_a_node_without_a_worker_get_no_answer_rather_than_an_error(bus: Bus) -> None:
+    # Nothing serves the node's lease subjects (its worker died, or never started): the broker says
+    # "no responders" at once. The executor must treat that as "no answer" and retry until its time
+    # is up, as it does for a time-out, not let the error end the round (and the term).
+    executor = LeaseExecutor(bus, epoch=1, is_current=lambda epoch: True, request_timeout_s=0.2, grant_attempts=2,
+                             max_parallel=4, hostname=lambda node: node)
+    lease = Lease(lease_id="lease-x", job_id="job-x", parts=(("node-gone", (0,)),), epoch=1, granted_at=time.time())
+    assert await executor.revoke(lease, RevokeReason.PREEMPT, grace_s=1.0, until=time.time() + 0.5) is None
+    with pytest.raises(GrantRefusedError, match="no answer"):
+        await executor.grant(lease, spec("gone"), resume_from=None, resume_iteration=None, attempt=1)
+    assert (executor.sent_grants, executor.sent_revokes) == (0, 0)
