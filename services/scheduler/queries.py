@@ -3,19 +3,64 @@
 Unfinished jobs come from the leader's book (current to the last applied event, running jobs'
 attained service to ``now``); finished ones, when asked for, from the store. Results are sorted by
 job id and paged with ``after`` / ``limit``.
+
+A queued job that nothing held says why it waits (``waiting_reason``): the GPUs it needs against
+those free now (and on one node, which is what a consolidating placement needs), and its place
+among the waiting jobs in the last round's ranking, the policy's order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from schemas.control import JobsQuery, JobsReply, JobView
-from services.core.state import JobState
+from services.core.state import ClusterState, JobState, JobStatus
 from services.runtime.store import JobRecord
 from services.scheduler.book import JobBook, JobEntry
 
 
-def _view_from_entry(entry: JobEntry, now: float) -> JobView:
+@dataclass(frozen=True, slots=True)
+class WaitingContext:
+    """What explains a queued job's wait: the cluster now and the last round's ranking."""
+
+    cluster: ClusterState
+    """Live GPUs with every held lease assigned."""
+    positions: Mapping[str, int] = field(default_factory=dict)
+    """Each waiting job of the last round's ranking -> its place among them (1 = first in line)."""
+    round: int | None = None
+    """That round's number (None: no round has run in this term yet)."""
+
+    @classmethod
+    def after_round(cls, cluster: ClusterState, ranked: Iterable[str], is_waiting: Callable[[str], bool],
+                    round_no: int | None) -> WaitingContext:
+        """From a round's ranked job ids (running ones included; ``is_waiting`` picks the others)."""
+        waiting = (j for j in ranked if is_waiting(j))
+        return cls(cluster, {job_id: i for i, job_id in enumerate(waiting, start=1)}, round_no)
+
+
+def waiting_reason(gpus: int, job_id: str, context: WaitingContext) -> str:
+    """Why a queued job of ``gpus`` GPUs is not running, in words for ``roundhouse jobs``."""
+    cluster = context.cluster
+    total = cluster.total_gpus
+    plural = "s" if gpus != 1 else ""
+    if gpus > total:
+        return f"needs {gpus} GPU{plural}; the live nodes have {total}"
+    free = cluster.free_gpu_count
+    reason = f"needs {gpus} GPU{plural}, {free} of {total} free"
+    if free >= gpus > 1:
+        on_one_node = max((len(g) for g in cluster.free_by_node().values()), default=0)
+        if on_one_node < gpus:  # enough in all, not together: what a consolidating placement waits for
+            reason += f" (at most {on_one_node} on one node)"
+    if context.round is None:
+        return reason + "; no round yet"
+    position = context.positions.get(job_id)
+    if position is not None:
+        return reason + f"; #{position} of {len(context.positions)} waiting in round {context.round}"
+    return reason + f"; arrived after round {context.round}"
+
+
+def _view_from_entry(entry: JobEntry, now: float, context: WaitingContext | None) -> JobView:
     state = entry.state
     lease = entry.lease
     service = state.attained_service
@@ -24,7 +69,10 @@ def _view_from_entry(entry: JobEntry, now: float) -> JobView:
         placement = {node: list(gpus) for node, gpus in lease.parts}
         start = state.last_start_time if state.last_start_time is not None else now
         service = entry.service0 + lease.gpu_count * max(0.0, now - start)
-    return _view(state, service, placement, entry.reason)
+    reason = entry.reason
+    if reason is None and context is not None and state.status is JobStatus.QUEUED:
+        reason = waiting_reason(state.spec.gpus, state.job_id, context)
+    return _view(state, service, placement, reason)
 
 
 def _view(state: JobState, service: float, placement: dict[str, list[int]], reason: str | None) -> JobView:
@@ -47,8 +95,17 @@ def _view(state: JobState, service: float, placement: dict[str, list[int]], reas
     )
 
 
-def answer(query: JobsQuery, book: JobBook, finished: Iterable[JobRecord], now: float, epoch: int) -> JobsReply:
-    """Build the reply to ``query`` from the book and the finished jobs read from the store."""
+def answer(
+    query: JobsQuery,
+    book: JobBook,
+    finished: Iterable[JobRecord],
+    now: float,
+    epoch: int,
+    *,
+    context: WaitingContext | None = None,
+) -> JobsReply:
+    """Build the reply to ``query`` from the book and the finished jobs read from the store;
+    ``context`` explains queued jobs' waits (none without it)."""
     wanted_ids = set(query.job_ids)
     statuses = set(query.statuses)
     views: dict[str, JobView] = {}
@@ -65,7 +122,7 @@ def answer(query: JobsQuery, book: JobBook, finished: Iterable[JobRecord], now: 
     for job_id, entry in book.jobs.items():
         state = entry.state
         if keep(job_id, state.status.value, state.spec.user):
-            views[job_id] = _view_from_entry(entry, now)
+            views[job_id] = _view_from_entry(entry, now, context)
     for record in finished:
         if record.job_id in views or not keep(record.job_id, record.status.value, record.spec.user):
             continue
