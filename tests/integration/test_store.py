@@ -49,6 +49,7 @@ async def test_job_round_trips_every_field(store: Store) -> None:
         iterations_done=12_345_678_901,
         preemptions=2,
         checkpoint_path="/ckpt/j-full/7",
+        checkpoint_iteration=12_345_678_000,
         seq=42,
         queued_since=None,
         longest_wait_s=9.5,
@@ -102,6 +103,14 @@ async def test_update_sets_fields_and_bumps_version(store: Store) -> None:
 async def test_update_of_unknown_job_raises_job_not_found(store: Store) -> None:
     with pytest.raises(JobNotFoundError, match="ghost"):
         await store.update_job("ghost", {"preemptions": 1})
+
+
+async def test_a_checkpoint_and_its_iteration_are_updated_together(store: Store) -> None:
+    await store.add_jobs([job("j1", iterations_done=30)])
+    await store.update_job("j1", {"checkpoint_path": "/ckpt/j1", "checkpoint_iteration": 20, "iterations_done": 20})
+    record = await store.get_job("j1")
+    assert record is not None
+    assert (record.checkpoint_path, record.checkpoint_iteration, record.iterations_done) == ("/ckpt/j1", 20, 20)
 
 
 async def test_update_with_unknown_field_fails_in_the_caller(store: Store) -> None:

@@ -124,7 +124,7 @@ def test_job_record_round_trips_a_job_state() -> None:
         queued_since=None,
         longest_wait_s=1.5,
     )
-    record = JobRecord.from_state(state, checkpoint_path="/c/j1", version=6)
+    record = JobRecord.from_state(state, checkpoint_path="/c/j1", checkpoint_iteration=30, version=6)
     assert (record.user, record.job_class, record.gpus, record.version) == ("u1", JobClass.TE, 2, 6)
-    assert record.checkpoint_path == "/c/j1"
+    assert (record.checkpoint_path, record.checkpoint_iteration) == ("/c/j1", 30)
     assert record.to_state(gpus=(4, 5)) == state

@@ -37,6 +37,8 @@ class JobRecord:
     iterations_done: int = 0
     preemptions: int = 0
     checkpoint_path: str | None = None
+    checkpoint_iteration: int | None = None
+    """Iteration the checkpoint at ``checkpoint_path`` holds (None: no checkpoint, or not known)."""
     seq: int = 0
     """Submission sequence number assigned by the scheduler (ties in every ranking break on it)."""
     queued_since: float | None = None
@@ -58,7 +60,14 @@ class JobRecord:
         return self.spec.gpus
 
     @classmethod
-    def from_state(cls, state: JobState, *, checkpoint_path: str | None = None, version: int = 1) -> JobRecord:
+    def from_state(
+        cls,
+        state: JobState,
+        *,
+        checkpoint_path: str | None = None,
+        checkpoint_iteration: int | None = None,
+        version: int = 1,
+    ) -> JobRecord:
         """The persisted form of a policy-facing ``JobState`` (held GPUs live in leases, not here)."""
         return cls(
             job_id=state.job_id,
@@ -75,6 +84,7 @@ class JobRecord:
             iterations_done=state.iterations_done,
             preemptions=state.preemptions,
             checkpoint_path=checkpoint_path,
+            checkpoint_iteration=checkpoint_iteration,
             seq=state.seq,
             queued_since=state.queued_since,
             longest_wait_s=state.longest_wait_s,
@@ -119,6 +129,7 @@ class JobChanges(TypedDict, total=False):
     iterations_done: int
     preemptions: int
     checkpoint_path: str | None
+    checkpoint_iteration: int | None
     queued_since: float | None
     longest_wait_s: float
 

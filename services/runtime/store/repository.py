@@ -14,14 +14,15 @@ import uuid
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 
-from sqlalchemy import Select, insert, select, text
+from sqlalchemy import Select, insert, select, text, update
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from services.core.state import JobStatus
 from services.runtime.store.codec import job_from_row, lease_from_row, round_from_row
-from services.runtime.store.engine import StoreConfig, create_engine, resolve_target
+from services.runtime.store.engine import WRITER_OPTIONS, StoreConfig, create_engine, resolve_target
 from services.runtime.store.errors import SchemaVersionError, StoreClosedError, StoreConfigError
+from services.runtime.store.migrations import can_upgrade, upgrade
 from services.runtime.store.ops import (
     AppliedMark,
     DeleteLeases,
@@ -288,17 +289,29 @@ race on CREATE TABLE."""
 
 
 async def _prepare_schema(engine: AsyncEngine, url: URL, schema: str | None) -> None:
-    """Create what is missing and check (or record) the schema version, in one transaction."""
-    async with engine.begin() as conn:
-        if engine.dialect.name == "postgresql":
-            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _STARTUP_LOCK})
-        if schema is not None:
-            await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
-        await conn.run_sync(Base.metadata.create_all)
-        found = (
-            await conn.execute(select(meta_table.c.value).where(meta_table.c.key == "schema_version"))
-        ).scalar_one_or_none()
-        if found is None:
-            await conn.execute(insert(meta_table).values(key="schema_version", value=str(SCHEMA_VERSION)))
-        elif found != str(SCHEMA_VERSION):
-            raise SchemaVersionError(found, SCHEMA_VERSION, url.render_as_string(hide_password=True))
+    """Create what is missing, then record the schema version, upgrade an older database
+    (``migrations.py``) or refuse a newer one, in one transaction."""
+    async with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            # Take the write lock up front, as the writer does: two processes opening an old file
+            # together then upgrade it one after the other, instead of the second failing on a
+            # lock upgrade (SQLITE_BUSY) after it read the old version.
+            await conn.execution_options(**WRITER_OPTIONS)
+        async with conn.begin():
+            if engine.dialect.name == "postgresql":
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _STARTUP_LOCK})
+            if schema is not None:
+                await conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+            await conn.run_sync(Base.metadata.create_all)
+            found = (
+                await conn.execute(select(meta_table.c.value).where(meta_table.c.key == "schema_version"))
+            ).scalar_one_or_none()
+            if found is None:
+                await conn.execute(insert(meta_table).values(key="schema_version", value=str(SCHEMA_VERSION)))
+            elif found != str(SCHEMA_VERSION):
+                if not can_upgrade(found):
+                    raise SchemaVersionError(found, SCHEMA_VERSION, url.render_as_string(hide_password=True))
+                await upgrade(conn, found)
+                await conn.execute(
+                    update(meta_table).where(meta_table.c.key == "schema_version").values(value=str(SCHEMA_VERSION))
+                )

@@ -15,8 +15,10 @@ from typing import cast
 from sqlalchemy import BigInteger, Float, ForeignKey, Index, MetaData, String, Table, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 1
-"""Bumped on any incompatible change to the tables below; stored in ``meta`` under ``schema_version``."""
+SCHEMA_VERSION = 2
+"""Bumped on any change to the tables below; stored in ``meta`` under ``schema_version``. A database
+at an older version is upgraded on open by ``migrations.py`` (one step per version); a newer one is
+refused."""
 
 _NAMING = {
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -54,6 +56,10 @@ class JobRow(Base):
     iterations_done: Mapped[int] = mapped_column(BigInteger)
     preemptions: Mapped[int] = mapped_column(BigInteger)
     checkpoint_path: Mapped[str | None] = mapped_column(Text)
+    checkpoint_iteration: Mapped[int | None] = mapped_column(BigInteger)
+    """Iteration the checkpoint at ``checkpoint_path`` holds: what the next run resumes from. Kept
+    apart from ``iterations_done``, which a run moves past its last checkpoint. Added in schema
+    version 2 (NULL: unknown, e.g. a row written by version 1 for a finished job)."""
     seq: Mapped[int] = mapped_column(BigInteger)
     """Submission sequence number from the scheduler: the last tie-breaker of every ranking."""
     queued_since: Mapped[float | None] = mapped_column(Float)
