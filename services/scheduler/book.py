@@ -15,6 +15,14 @@ for the snapshot, and a release folds the same amount into the stored value.
 Restore: ``refresh(now)`` also sets a running job's ``resumed_at`` (``resume.py``): its run's first
 reported progress, bounded by ``launch + restore_allowance_s``, so time-slicing policies keep a job
 that is still restoring its checkpoint.
+
+Checkpoints: an entry keeps its checkpoint's path *and* the iteration that checkpoint holds
+(``checkpoint_iteration``, stored beside the path). A new run resumes from that iteration
+(``resume_iteration``), not from ``iterations_done``, which follows the job-metrics past the
+checkpoint while a run progresses. A run that stops without a newer checkpoint (its node went
+silent, its lease was lost or expired, its revoke passed the deadline) loses that progress: the job
+is requeued with ``iterations_done`` back at its checkpoint's iteration (0 without one), the work
+it must do again.
 """
 
 from __future__ import annotations
@@ -53,6 +61,9 @@ class JobEntry:
     state: JobState
     version: int
     checkpoint_path: str | None = None
+    checkpoint_iteration: int | None = None
+    """The iteration the checkpoint at ``checkpoint_path`` holds; None without a checkpoint, or when
+    nobody reported it (see ``JobBook.resume_iteration``)."""
     lease: Lease | None = None
     service0: float = 0.0
     """Attained service when the current lease started."""
@@ -90,6 +101,8 @@ class Change:
             for key, value in changes.items():
                 if key == "checkpoint_path":
                     entry.checkpoint_path = value  # type: ignore[assignment]
+                elif key == "checkpoint_iteration":
+                    entry.checkpoint_iteration = value  # type: ignore[assignment]
                 else:
                     setattr(state, key, value)
 
@@ -174,7 +187,7 @@ class JobBook:
             state.seq = record.seq
             state.queued_since = record.queued_since
             state.longest_wait_s = record.longest_wait_s
-            entry = JobEntry(state, record.version, record.checkpoint_path)
+            entry = JobEntry(state, record.version, record.checkpoint_path, record.checkpoint_iteration)
             entry.service0 = record.attained_service
             entry.executed0 = record.executed_time
             self.jobs[record.job_id] = entry
@@ -203,7 +216,16 @@ class JobBook:
     def resume_iteration(entry: JobEntry) -> int | None:
         """The iteration a new run of ``entry``'s job resumes from: that of its checkpoint (the
         grant's ``resume_iteration``); None when it has none and starts afresh."""
-        return entry.state.iterations_done if entry.checkpoint_path else None
+        if not entry.checkpoint_path:
+            return None
+        if entry.checkpoint_iteration is not None:
+            return entry.checkpoint_iteration
+        # A checkpoint whose iteration nobody reported: a job.suspended from a worker that predates
+        # checkpoint_iteration (schema 1 stores were filled from iterations_done when upgraded, see
+        # services/runtime/store/migrations.py). Such a fact set iterations_done to the checkpoint's
+        # iteration, and a run lost later leaves it there (``release``), so it is the best guess
+        # left; the training client warns if the checkpoint holds another iteration.
+        return entry.state.iterations_done
 
     def refresh(
         self, now: float, topology: Topology, *, restore_allowance_s: float = DEFAULT_RESTORE_ALLOWANCE_S
@@ -335,7 +357,10 @@ class JobBook:
         if entry is None or entry.lease is not None or entry.state.status is not JobStatus.RUNNING:
             return None
         change = Change()
-        change.update_job(entry, {"status": JobStatus.QUEUED, "queued_since": now})
+        # Its run is gone with whatever it did past the checkpoint: it resumes from there.
+        changes: JobChanges = {"status": JobStatus.QUEUED, "queued_since": now}
+        changes.update(self._rewind(entry.checkpoint_path, entry.checkpoint_iteration))
+        change.update_job(entry, changes)
         self._touch(change, entry)
         return change
 
@@ -416,11 +441,18 @@ class JobBook:
         *,
         final: JobStatus | None = None,
         checkpoint: str | None = None,
+        checkpoint_iteration: int | None = None,
         iterations: int | None = None,
         count_preemption: bool = True,
     ) -> Change | None:
         """The lease's job stopped at ``at``: fold its service; requeue it, or end it with ``final``
-        (or with the final status it already has: cancel/terminate). None if the lease is not active."""
+        (or with the final status it already has: cancel/terminate). None if the lease is not active.
+
+        ``checkpoint`` (with the iteration it holds) is the run's newest checkpoint, as its fact
+        reported it; ``iterations`` the iteration the run reached. A requeued job's
+        ``iterations_done`` goes back to its checkpoint's iteration (0 without one): a lost run
+        (no fact: ``checkpoint`` None) keeps the checkpoint it resumed from, and a suspension's
+        progress past its checkpoint is lost too. A job that ends keeps the iteration it reached."""
         lease = self.leases.get(lease_id)
         if lease is None:
             return None
@@ -436,7 +468,10 @@ class JobBook:
         # the checkpoint of a re-run stopped after it is older.
         behind = state.status is JobStatus.COMPLETED and iterations is not None and iterations < state.iterations_done
         if checkpoint is not None and not behind:
+            # A path reported without its iteration (job.completed and job.failed carry none) is
+            # recorded as of unknown iteration rather than paired with the previous checkpoint's.
             changes["checkpoint_path"] = checkpoint
+            changes["checkpoint_iteration"] = checkpoint_iteration
         if iterations is not None and not behind:
             changes["iterations_done"] = iterations
         status = final if final is not None else state.status
@@ -446,6 +481,10 @@ class JobBook:
         else:
             changes["status"] = JobStatus.QUEUED
             changes["queued_since"] = at
+            if checkpoint is None:  # no fact (a lost run), or one without a checkpoint: the old one
+                changes.update(self._rewind(entry.checkpoint_path, entry.checkpoint_iteration))
+            else:
+                changes.update(self._rewind(checkpoint, checkpoint_iteration))
             if count_preemption:
                 changes["preemptions"] = state.preemptions + 1
                 changes["last_preempt_time"] = at
@@ -463,6 +502,19 @@ class JobBook:
         self._touch(change, entry)
         change.released.append(lease_id)
         return change
+
+    @staticmethod
+    def _rewind(checkpoint: str | None, checkpoint_iteration: int | None) -> JobChanges:
+        """``iterations_done`` of a job that will resume from ``checkpoint``: the iteration it holds,
+        0 without a checkpoint. Whatever the run did past it (in memory, from the job-metrics) is
+        work to do again. (The simulator's runs always stop with a checkpoint and lose nothing; a
+        live run can be lost.) A checkpoint of unknown iteration (see ``resume_iteration``) leaves
+        ``iterations_done`` as it is."""
+        if checkpoint is None:
+            return {"iterations_done": 0}
+        if checkpoint_iteration is None:
+            return {}
+        return {"iterations_done": checkpoint_iteration}
 
     def _detach(self, change: Change, entry: JobEntry, lease: Lease) -> None:
         def effect() -> None:
@@ -486,6 +538,7 @@ class JobBook:
         changes: JobChanges = {"status": status, "finish_time": at, "queued_since": None}
         if checkpoint is not None:
             changes["checkpoint_path"] = checkpoint
+            changes["checkpoint_iteration"] = None  # a completion or failure does not say
         if iterations is not None:
             changes["iterations_done"] = iterations
         change.update_job(entry, changes)
@@ -516,23 +569,26 @@ class JobBook:
         changes: JobChanges = {"finish_time": at, "queued_since": None}
         if checkpoint is not None:
             changes["checkpoint_path"] = checkpoint
+            changes["checkpoint_iteration"] = None  # job.completed does not say
         if iterations is not None:
             changes["iterations_done"] = max(iterations, entry.state.iterations_done)
         return self.end(
             job_id, JobStatus.COMPLETED, RevokeReason.TERMINATE, now=at, grace_deadline=grace_deadline, extra=changes
         )
 
-    def late_checkpoint(self, job_id: str, checkpoint: str | None, iterations: int | None) -> Change:
-        """A suspension reported after the lease was already released: keep its newer checkpoint."""
+    def late_checkpoint(self, job_id: str, checkpoint: str | None, checkpoint_iteration: int | None) -> Change:
+        """A suspension reported after the lease was already released (the run was lost, e.g. at
+        its revoke deadline or with its node, and the worker's fact came later): keep its
+        checkpoint if it is newer than the one the job would resume from, and resume from there."""
         entry = self.jobs.get(job_id)
         change = Change()
         if entry is None or entry.lease is not None or checkpoint is None:
             return change
-        if iterations is not None and iterations < entry.state.iterations_done:
+        current = self.resume_iteration(entry)
+        if checkpoint_iteration is not None and current is not None and checkpoint_iteration < current:
             return change
-        changes: JobChanges = {"checkpoint_path": checkpoint}
-        if iterations is not None:
-            changes["iterations_done"] = iterations
+        changes: JobChanges = {"checkpoint_path": checkpoint, "checkpoint_iteration": checkpoint_iteration}
+        changes.update(self._rewind(checkpoint, checkpoint_iteration))
         change.update_job(entry, changes)
         self._touch(change, entry)
         return change

@@ -549,7 +549,9 @@ class SchedulerService(RoundhouseService):
 
     async def _on_suspended(self, event: JobSuspended) -> None:
         now = time.time()
-        iterations = event.checkpoint_iteration if event.checkpoint_path is not None else None
+        # What survives a suspension is its checkpoint: the job resumes from the iteration the
+        # checkpoint holds, not from event.iteration (later when the grace period ran out).
+        ckpt_iter = event.checkpoint_iteration if event.checkpoint_path is not None else None
         async with self._lock:
             lease = self.book.leases.get(event.lease_id)
             change: Change | None
@@ -557,11 +559,11 @@ class SchedulerService(RoundhouseService):
                 entry = self.book.jobs[lease.job_id]
                 at = self._fact_time(event.ts, entry.state.last_start_time, now)
                 change = self.book.release(
-                    event.lease_id, at, checkpoint=event.checkpoint_path,
-                    iterations=iterations if iterations is not None else None,
+                    event.lease_id, at, checkpoint=event.checkpoint_path, checkpoint_iteration=ckpt_iter,
+                    iterations=ckpt_iter,
                 )  # fmt: skip
             else:
-                change = self.book.late_checkpoint(event.job_id, event.checkpoint_path, iterations)
+                change = self.book.late_checkpoint(event.job_id, event.checkpoint_path, ckpt_iter)
             await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_SUSPENDED])
         if event.reason is not SuspendReason.PREEMPTED:
             self._churn(RoundTrigger.COMPLETION)

@@ -1,0 +1,129 @@
+"""A run lost past its checkpoint: the next run resumes from the checkpoint's iteration.
+
+Real nats-server, the scheduler service on a SQLite store, the metrics service (folding the agent's
+``metrics.job.<id>`` samples into the ``job-metrics`` bucket the scheduler watches) and a real
+worker agent process running a real training script (``roundhouse.train``: it checkpoints when its
+lease stops it, and restores on resume). The job is suspended once with a checkpoint (the agent is
+drained), resumes, runs well past that checkpoint, and then its node goes silent (the agent is
+killed: no fact at all). The scheduler must requeue it at the checkpoint's iteration, persist
+that, and grant the next run with ``resume_iteration`` = the checkpoint's iteration: with the
+progress the metrics showed instead, the training client warns that the checkpoint holds another
+iteration and the run's first progress (``resume.py``) is not recognised.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from schemas.job import JobSpec
+from schemas.jobs import JobStarted, JobSuspended, SuspendReason
+from services.core.state import JobStatus
+from services.metrics.service import MetricsConfig, MetricsService
+from services.runtime.broker import Broker
+from services.scheduler.book import JobBook
+from tests.integration.test_scheduler import cluster, wait_for
+from tests.integration.test_worker_harness import Facts, WorkerProcess, collect, write_script
+
+NODE = "ckpt-node"
+LEASE_TTL_S = 2.0
+PAST = 30
+"""Iterations the resumed run is to report past its checkpoint before its node is lost."""
+
+
+def worker(broker: Broker, namespace: str, work_dir: Path) -> WorkerProcess:
+    return WorkerProcess(
+        broker.url, namespace, NODE, work_dir, "--fake-gpus", "1", "--heartbeat-s", "0.2", "--metrics-s", "0.1",
+        "--lease-ttl-s", str(LEASE_TTL_S), "--kill-after-s", "0.5",
+    )  # fmt: skip
+
+
+def started(facts: Facts, job_id: str, run: int) -> JobStarted | None:
+    """The ``run``-th (from 1) ``job.started`` of ``job_id``, once seen."""
+    runs: list[JobStarted] = facts.of(JobStarted, job_id)
+    return runs[run - 1] if len(runs) >= run else None
+
+
+async def test_a_run_lost_past_its_checkpoint_resumes_from_the_checkpoint_iteration(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    work_dir = tmp_path / "node"
+    script = write_script(tmp_path)
+    async with cluster(broker, namespace, tmp_path) as c:
+        facts = await collect(c.client)
+        metrics = MetricsService(MetricsConfig(nats=broker.url, namespace=namespace, flush_interval_s=0.05))
+        await metrics.start(await c.connect("metrics"))
+        agent = worker(broker, namespace, work_dir)
+        try:
+            await agent.start(facts)
+            s = await c.start_scheduler(policy="fifo", round_s=0.3, lease_ttl_s=LEASE_TTL_S)
+            await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader with the node")
+            spec = JobSpec(name="j", command=[sys.executable, str(script), "100000", "0.01"], grace_period_s=5.0)
+            await c.submit("j", spec)
+
+            # Run 1 makes progress, then the agent is drained: the job is suspended with a checkpoint.
+            await wait_for(lambda: started(facts, "j", 1) is not None, timeout_s=15, what="run 1 started")
+            await wait_for(lambda: (e := s.book.entry("j")) is not None and e.state.iterations_done >= 10,
+                           timeout_s=15, what="run 1's progress in the job-metrics")  # fmt: skip
+            assert await agent.stop() == 0
+            suspended: JobSuspended = await facts.one(JobSuspended, "j")
+            assert suspended.reason is SuspendReason.NODE_SHUTDOWN
+            ckpt = suspended.checkpoint_iteration
+            assert ckpt is not None
+            assert ckpt >= 10
+            entry = s.book.jobs["j"]
+            await wait_for(lambda: entry.checkpoint_iteration == ckpt, what="the suspension applied")
+            # Until its heartbeats are missed for lease_ttl the node still counts as live, and fill
+            # rounds grant the job to it in vain: let that settle so the next run is the agent's.
+            await wait_for(lambda: not s.inventory.is_live(NODE) and entry.lease is None,
+                           timeout_s=LEASE_TTL_S + 5, what="the drained node left out")  # fmt: skip
+            state = entry.state
+            assert (state.status, state.iterations_done) == (JobStatus.QUEUED, ckpt)
+            # One for the suspension; a vain grant still in flight when the node was declared dead
+            # is released as a preemption too (its lease never started).
+            preemptions = state.preemptions
+            assert preemptions >= 1
+
+            # Run 2 resumes from it and runs well past it: the metrics take iterations_done along.
+            agent = worker(broker, namespace, work_dir)
+            await agent.start(facts)
+            await wait_for(lambda: started(facts, "j", 2) is not None, timeout_s=15, what="run 2 started")
+            run2 = started(facts, "j", 2)
+            assert run2 is not None
+            assert (run2.iteration, run2.resumed_from) == (ckpt, suspended.checkpoint_path)
+            await wait_for(lambda: entry.state.iterations_done >= ckpt + PAST, timeout_s=15,
+                           what="run 2's progress past the checkpoint")  # fmt: skip
+            assert JobBook.resume_iteration(entry) == ckpt  # the bug: this was iterations_done
+
+            # Its node goes silent (no job.suspended, no checkpoint): after lease_ttl the run is lost.
+            assert agent.process is not None
+            agent.process.kill()
+            await agent.process.wait()
+            await wait_for(lambda: entry.state.status is JobStatus.QUEUED, timeout_s=LEASE_TTL_S + 5,
+                           what="run 2 released as lost")  # fmt: skip
+            assert entry.state.iterations_done == ckpt  # its progress past the checkpoint is to redo
+            assert entry.state.preemptions == preemptions + 1
+            assert s.store is not None
+            record = await s.store.get_job("j")
+            assert record is not None
+            assert (record.iterations_done, record.checkpoint_iteration, record.checkpoint_path) == (
+                ckpt, ckpt, suspended.checkpoint_path,
+            )  # fmt: skip
+
+            # The node comes back (its predecessor's orphaned process is killed): run 3 resumes
+            # from the checkpoint's iteration, and its first iteration counts as its progress.
+            agent = worker(broker, namespace, work_dir)
+            await agent.start(facts)
+            await wait_for(lambda: started(facts, "j", 3) is not None, timeout_s=15, what="run 3 started")
+            run3 = started(facts, "j", 3)
+            assert run3 is not None
+            assert (run3.iteration, run3.resumed_from) == (ckpt, suspended.checkpoint_path)
+            lease = s.book.leases[run3.lease_id]
+            assert lease.from_iteration == ckpt
+            await wait_for(lambda: lease.progress_at is not None, timeout_s=15, what="run 3's progress seen")
+            await wait_for(lambda: entry.state.iterations_done > ckpt, what="run 3's progress in the book")
+            log = (work_dir / "leases" / run3.lease_id / "rank-0.log").read_text()
+            assert "the scheduler expected" not in log, log
+        finally:
+            await agent.stop()
+            await metrics.stop()

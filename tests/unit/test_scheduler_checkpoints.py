@@ -1,0 +1,155 @@
+"""The book keeps a job's checkpoint iteration beside its path, and a run lost past its checkpoint
+gives back the progress it made (``services/scheduler/book.py``).
+
+The scenario throughout: job ``j`` ran under ``L1`` and was suspended with a checkpoint at
+``CKPT``; it was granted again under ``L2``, whose reports (the ``job-metrics`` aggregate) took it
+to ``PAST`` before ``L2`` was lost without a fact (its node went silent). A new run resumes from
+``CKPT``, and ``PAST - CKPT`` iterations are to be done again.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas.job import JobSpec
+from services.core.state import JobStatus
+from services.metrics.aggregates import JobAggregate
+from services.runtime.kv import KVEntry
+from services.runtime.store import JobRecord, UpdateJob
+from services.scheduler.book import Change, JobBook, JobEntry
+from services.scheduler.leases import Lease
+from services.scheduler.metrics import apply_metrics
+
+CKPT = 500
+PAST = 800
+PATH = "/ckpt/j/checkpoint.pt"
+
+
+def commit(change: Change | None) -> Change:
+    assert change is not None
+    change.commit()
+    return change
+
+
+def lease(lease_id: str, at: float) -> Lease:
+    return Lease(lease_id, "j", (("n0", (0,)),), epoch=1, granted_at=at)
+
+
+def report(book: JobBook, lease_id: str | None, iteration: int) -> None:
+    aggregate = JobAggregate(job_id="j", iteration=iteration, samples=1, last_ts=0.0, lease_id=lease_id)
+    apply_metrics(book, KVEntry("j", aggregate.model_dump_json().encode(), revision=1), 0.0)
+
+
+def job_updates(change: Change) -> dict[str, object]:
+    """Every job column ``change`` writes to the store (the last value of each)."""
+    written: dict[str, object] = {}
+    for op in change.ops:
+        if isinstance(op, UpdateJob):
+            written.update(op.changes)
+    return written
+
+
+def progressed_past_checkpoint(*, checkpoint: str | None = PATH) -> tuple[JobBook, JobEntry]:
+    """``j`` suspended under L1 (with a checkpoint at CKPT, or none), running under L2 at PAST."""
+    book = JobBook()
+    commit(book.arrived("j", JobSpec(name="j", command=["x"]), submit_time=0.0))
+    commit(book.accepted("j", 1.0))
+    commit(book.grant("j", lease("L1", 10.0), 10.0))
+    ckpt_iter = CKPT if checkpoint is not None else None
+    commit(book.release("L1", 20.0, checkpoint=checkpoint, checkpoint_iteration=ckpt_iter, iterations=ckpt_iter))
+    commit(book.grant("j", lease("L2", 30.0), 30.0))
+    report(book, "L2", PAST)
+    entry = book.jobs["j"]
+    assert entry.state.iterations_done == PAST
+    return book, entry
+
+
+def test_a_new_run_resumes_from_the_checkpoint_not_from_the_reported_progress() -> None:
+    book, entry = progressed_past_checkpoint()
+    assert (entry.checkpoint_path, entry.checkpoint_iteration) == (PATH, CKPT)
+    assert book.resume_iteration(entry) == CKPT
+    assert book.leases["L2"].from_iteration == CKPT
+
+
+def test_a_lost_run_gives_its_progress_past_the_checkpoint_back() -> None:
+    book, entry = progressed_past_checkpoint()
+    released = commit(book.release("L2", 40.0))  # its node went silent: no fact, no checkpoint
+    state = entry.state
+    assert (state.status, state.iterations_done, state.preemptions) == (JobStatus.QUEUED, CKPT, 2)
+    assert job_updates(released)["iterations_done"] == CKPT  # and so does the store
+    assert (entry.checkpoint_path, book.resume_iteration(entry)) == (PATH, CKPT)
+    third = lease("L3", 50.0)
+    commit(book.grant("j", third, 50.0))
+    assert third.from_iteration == CKPT
+
+
+def test_a_lost_run_without_any_checkpoint_starts_again_from_zero() -> None:
+    book, entry = progressed_past_checkpoint(checkpoint=None)
+    commit(book.release("L2", 40.0))
+    assert entry.state.iterations_done == 0
+    assert book.resume_iteration(entry) is None
+
+
+def test_a_suspension_after_the_grace_period_keeps_only_its_checkpoint() -> None:
+    """``job.suspended`` with ``grace_expired``: the job reached PAST but its checkpoint is older."""
+    book, entry = progressed_past_checkpoint()
+    commit(book.release("L2", 40.0, checkpoint=PATH, checkpoint_iteration=CKPT + 100, iterations=CKPT + 100))
+    assert (entry.state.iterations_done, entry.checkpoint_iteration) == (CKPT + 100, CKPT + 100)
+    assert book.resume_iteration(entry) == CKPT + 100
+
+
+@pytest.mark.parametrize(
+    ("late", "resumes_from"),
+    [(CKPT + 200, CKPT + 200), (CKPT - 100, CKPT)],
+    ids=["newer-checkpoint-kept", "older-checkpoint-ignored"],
+)
+def test_a_late_suspension_of_a_lost_run_keeps_only_a_newer_checkpoint(late: int, resumes_from: int) -> None:
+    """The worker suspended the job itself (lease expired) after the scheduler released the lease."""
+    book, entry = progressed_past_checkpoint()
+    commit(book.release("L2", 40.0))
+    commit(book.late_checkpoint("j", PATH, late))
+    assert book.resume_iteration(entry) == resumes_from
+    assert entry.state.iterations_done == resumes_from
+
+
+def test_a_completion_records_its_checkpoint_as_of_unknown_iteration() -> None:
+    """``job.completed`` carries a path but no checkpoint iteration; the job keeps what it reached."""
+    book, entry = progressed_past_checkpoint()
+    done = commit(book.release("L2", 40.0, final=JobStatus.COMPLETED, checkpoint="/ckpt/j/final", iterations=900))
+    assert job_updates(done)["checkpoint_iteration"] is None
+    assert (entry.state.status, entry.state.iterations_done, entry.checkpoint_iteration) == (
+        JobStatus.COMPLETED,
+        900,
+        None,
+    )
+
+
+def test_an_interrupted_run_found_at_load_is_requeued_at_its_checkpoint() -> None:
+    record = JobRecord(
+        job_id="j", spec=JobSpec(name="j", command=["x"]), submit_time=0.0, status=JobStatus.RUNNING, seq=1,
+        iterations_done=PAST, checkpoint_path=PATH, checkpoint_iteration=CKPT,
+    )  # fmt: skip
+    book = JobBook()
+    assert book.load([record], []) == ["j"]
+    entry = book.jobs["j"]
+    assert book.resume_iteration(entry) == CKPT
+    commit(book.requeue("j", 100.0))
+    assert (entry.state.status, entry.state.iterations_done) == (JobStatus.QUEUED, CKPT)
+
+
+def test_a_checkpoint_of_unknown_iteration_falls_back_to_the_stored_progress() -> None:
+    """A path without its iteration (a suspension from a worker older than checkpoint_iteration):
+    the iterations_done that fact stored is the best guess, and a lost run leaves it as it is."""
+    book = JobBook()
+    record = JobRecord(
+        job_id="j", spec=JobSpec(name="j", command=["x"]), submit_time=0.0, status=JobStatus.QUEUED, seq=1,
+        iterations_done=CKPT, checkpoint_path=PATH,
+    )  # fmt: skip
+    book.load([record], [])
+    entry = book.jobs["j"]
+    assert book.resume_iteration(entry) == CKPT
+    second = lease("L2", 30.0)
+    commit(book.grant("j", second, 30.0))
+    assert second.from_iteration == CKPT
+    commit(book.release("L2", 40.0))
+    assert entry.state.iterations_done == CKPT
