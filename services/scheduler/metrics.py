@@ -5,9 +5,10 @@ The metrics service keeps one aggregate per job (key = job id, JSON: ``iteration
 The leader watches the bucket and copies those fields into the job's ``JobState`` (``loss``,
 ``loss_history``, ``iteration_time_s``, ``iterations_done``), which is what loss-aware policies
 (Hermes, loss-based termination, SLAQ) rank by. They are progress hints, kept in memory; the store
-gets ``iterations_done`` from the workers' facts at every stop. An aggregate that shows the first
-iteration of a job's current run also marks when that run resumed (``Lease.progress_at``, read into
-``JobState.resumed_at`` by the snapshot; ``resume.py``).
+gets ``iterations_done`` from the workers' facts at every stop, and only the job's current run moves
+it here (a run lost past its checkpoint has that progress taken back by the book). An aggregate
+that shows the first iteration of a job's current run also marks when that run resumed
+(``Lease.progress_at``, read into ``JobState.resumed_at`` by the snapshot; ``resume.py``).
 """
 
 from __future__ import annotations
@@ -48,11 +49,15 @@ def apply_metrics(book: JobBook, entry: KVEntry, now: float) -> bool:
     step = aggregate.iteration_time_s
     if step is not None and math.isfinite(step) and step > 0:
         state.iteration_time_s = step
-    state.iterations_done = max(state.iterations_done, aggregate.iteration)
+    lease = job.lease
+    # Only the job's current run (or a sample naming no lease) moves its progress: a released run's
+    # aggregate (the watch replays it after a failover; a lost node may flush late) would bring
+    # back the iterations the book took off when that run was lost past its checkpoint.
+    if aggregate.lease_id is None or (lease is not None and aggregate.lease_id == lease.lease_id):
+        state.iterations_done = max(state.iterations_done, aggregate.iteration)
     state.loss_history = [
         (ts, loss) for ts, loss in aggregate.loss_history[-MAX_HISTORY:] if math.isfinite(ts) and math.isfinite(loss)
     ]
-    lease = job.lease
     if lease is not None and lease.progress_at is None:
         launched = state.last_start_time if state.last_start_time is not None else lease.granted_at
         lease.progress_at = progress_at(aggregate, lease, launched, now)

@@ -90,6 +90,18 @@ def test_a_lost_run_without_any_checkpoint_starts_again_from_zero() -> None:
     assert book.resume_iteration(entry) is None
 
 
+def test_a_replayed_aggregate_of_the_lost_run_does_not_bring_its_progress_back() -> None:
+    book, entry = progressed_past_checkpoint()
+    commit(book.release("L2", 40.0))
+    report(book, "L2", PAST)  # the KV watch replays the bucket after a failover
+    assert entry.state.iterations_done == CKPT
+    commit(book.grant("j", lease("L3", 50.0), 50.0))
+    report(book, "L2", PAST + 5)  # a late flush of the lost run's samples
+    assert entry.state.iterations_done == CKPT
+    report(book, "L3", CKPT + 3)  # the new run's own progress counts
+    assert entry.state.iterations_done == CKPT + 3
+
+
 def test_a_suspension_after_the_grace_period_keeps_only_its_checkpoint() -> None:
     """``job.suspended`` with ``grace_expired``: the job reached PAST but its checkpoint is older."""
     book, entry = progressed_past_checkpoint()
