@@ -8,7 +8,8 @@ it from the job's own progress reports:
 
 * A run has **resumed** once the ``job-metrics`` aggregate shows an iteration of *this* run: the
   aggregate's ``lease_id`` is the run's lease and its ``iteration`` is past the one the run resumed
-  from (``Lease.from_iteration``: the grant's ``resume_iteration``, 0 for a fresh start). Both checks
+  from (``Lease.from_iteration``: the grant's ``resume_iteration``, the iteration stored with the
+  checkpoint, not the progress an earlier run reported past it; 0 for a fresh start). Both checks
   are needed: the worker publishes the channel's numbers from its first tick, before the process
   has restored anything (iteration 0), and ``Job.restore`` sets the channel's iteration to the
   checkpoint's before the first new iteration is done. ``resumed_at`` is then the newest sample's
