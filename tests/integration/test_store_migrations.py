@@ -138,7 +138,10 @@ async def test_a_version_1_database_opens_and_gets_checkpoint_iterations(old_db:
         await again.close()
 
 
-async def test_processes_opening_an_old_database_together_upgrade_it_once(old_db: OldDatabase) -> None:
+async def test_stores_opening_an_old_database_together_upgrade_it_once(old_db: OldDatabase) -> None:
+    """Three stores (own engines and connections, as three processes would have) open it at once:
+    one upgrades it, the others wait for its lock and find it upgraded (on SQLite this failed
+    without ``BEGIN IMMEDIATE``: a reader of version 1 could not then take the write lock)."""
     stores = await asyncio.gather(*(old_db.open() for _ in range(3)))
     try:
         for store in stores:
