@@ -89,7 +89,7 @@ from services.scheduler.leases import Lease, leases_from_records, new_lease_id
 from services.scheduler.metrics import BUCKET as METRICS_BUCKET
 from services.scheduler.metrics import BUCKET_TTL_S as METRICS_TTL_S
 from services.scheduler.metrics import apply_metrics
-from services.scheduler.queries import answer
+from services.scheduler.queries import WaitingContext, answer
 from services.scheduler.rounds import RoundTimer, ValidPlan, validate_plan
 from services.scheduler.topology import Topology, UnknownGpuError
 
@@ -192,6 +192,8 @@ class SchedulerService(RoundhouseService):
         self.election: LeaderElection | None = None
         self.timings = RoundTimings()
         self.snapshot: RoundSnapshot | None = None
+        self._last_ranked: tuple[int | None, list[str]] = (None, [])
+        """The last round's number and ranked job ids (``roundhouse jobs`` says where queued jobs stand)."""
         self.rounds_run = 0
         self.plans_stale = 0
         self.plans_timed_out = 0
@@ -734,7 +736,24 @@ class SchedulerService(RoundhouseService):
             else:
                 finals = [s for s in JobStatus if s.is_final]
                 finished = (await self.store.jobs_by_status(*finals))[-self.cfg.query_finished_limit :]
-        return answer(query, self.book, finished, time.time(), term.epoch)
+        context = self._waiting_context() if self.book.waiting_count() else None
+        return answer(query, self.book, finished, time.time(), term.epoch, context=context)
+
+    def _waiting_context(self) -> WaitingContext:
+        """The cluster now (live GPUs, every held lease assigned) and the last round's order, to
+        say why queued jobs wait. A fresh ``ClusterState``: the round's own is as of its snapshot."""
+        topology = self._current_topology()
+        cluster = topology.cluster()
+        for job_id, lease in self.book.held_gpus():
+            with contextlib.suppress(UnknownGpuError):  # a lease on a node that went silent
+                cluster.assign(job_id, topology.lease_gpus(lease))
+        number, ranked = self._last_ranked
+
+        def is_waiting(job_id: str) -> bool:
+            entry = self.book.entry(job_id)
+            return entry is not None and entry.state.status is JobStatus.QUEUED
+
+        return WaitingContext.after_round(cluster, ranked, is_waiting, number)
 
     # --- rounds ------------------------------------------------------------------------------
     def _churn(self, reason: RoundTrigger) -> None:
@@ -828,6 +847,7 @@ class SchedulerService(RoundhouseService):
         version = self.book.state_version
         timings.round = number
         self.snapshot = RoundSnapshot(number, term.epoch, version, now, ranking, jobs, cluster, topology)
+        self._last_ranked = (number, ranked)
         future: asyncio.Future[PlacementPlan] = asyncio.get_running_loop().create_future()
         term.pending_plan = (number, version, future)
         # Built without re-validating 20,000 ids: every one came from a validated event (the codec

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import sys
 import time
@@ -202,6 +203,10 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         assert [v.job_id for v in reply.jobs] == sorted(by_id)
         assert {j for j, v in by_id.items() if v.status == "running"} == {"job-0", "job-1", "job-2", "job-3"}
         assert by_id["job-4"].status == "queued"
+        # Why it waits: every GPU is taken, and where it stands in the last round's order (if one ranked it).
+        assert re.fullmatch(r"needs 1 GPU, 0 of 4 free; (#1 of 1 waiting in|arrived after) round \d+",
+                            by_id["job-4"].reason or ""), by_id["job-4"].reason
+        assert by_id["job-0"].reason is None  # running
         assert rounds
         assert all(r.epoch == s.epoch and r.policy == "fifo" and not r.preempt for r in rounds)  # FIFO: no preemption
         assert by_id["held-0"].status == "held"
