@@ -1,4 +1,5 @@
-"""The same MLP trained data-parallel with torch.distributed (gloo, CPU) over several ranks.
+"""The same MLP trained data-parallel with torch.distributed over several ranks: NCCL on the leased
+GPUs where CUDA sees them, gloo on the CPU otherwise (``--device cpu`` forces the CPU).
 
 A worker agent starts one process per granted GPU (fake or real) with ``MASTER_ADDR``,
 ``MASTER_PORT``, ``RANK`` and ``WORLD_SIZE`` set, on one node or several. On a revoke every rank
@@ -20,7 +21,7 @@ import datetime
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from train_mlp import fit, make_data, make_loader, make_model, parse_args
+from train_mlp import fit, make_data, make_loader, make_model, parse_args, pick_device
 
 from roundhouse import train
 
@@ -28,14 +29,17 @@ from roundhouse import train
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     job = train.attach()
-    dist.init_process_group("gloo", rank=job.rank, world_size=job.world_size, timeout=datetime.timedelta(seconds=60))
+    device = pick_device(args.device)  # each rank sees its own leased GPU as cuda:0
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=job.rank, world_size=job.world_size, timeout=datetime.timedelta(seconds=60))
     try:
-        model = DistributedDataParallel(make_model(args))
+        device_ids = [device] if device.type == "cuda" else None
+        model = DistributedDataParallel(make_model(args).to(device), device_ids=device_ids)
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
         restored = job.restore(model, optimizer)  # every rank loads rank 0's checkpoint
         if restored is not None and job.rank == 0:
             print(f"resumed from {restored.path} at iteration {restored.iteration}", flush=True)
-        loss = fit(args, job, model, make_loader(args, make_data(args), job), optimizer)
+        loss = fit(args, job, model, make_loader(args, make_data(args), job), optimizer, device=device)
         state = "stopped for the lease" if job.stopping else "finished"
         print(f"rank {job.rank}: {state} at iteration {job.iteration}, last loss {loss}", flush=True)
     finally:

@@ -34,7 +34,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N iterations")
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto",
+                        help="torch device: auto (the lease's GPU when CUDA sees one, else the CPU), cpu, cuda, ...")
     return parser.parse_args(argv)
+
+
+def pick_device(name: str) -> torch.device:
+    # Under a worker, CUDA_VISIBLE_DEVICES holds only the leased GPUs, so "cuda" is the lease's GPU.
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
 
 
 def make_data(args: argparse.Namespace) -> TensorDataset:
@@ -61,11 +70,12 @@ def make_loader(args: argparse.Namespace, data: TensorDataset, job: train.Job) -
 
 
 def fit(args: argparse.Namespace, job: train.Job, model: nn.Module, loader: DataLoader[tuple[torch.Tensor, ...]],
-        optimizer: torch.optim.Optimizer) -> float | None:
+        optimizer: torch.optim.Optimizer, *, device: torch.device) -> float | None:
     loss_fn = nn.MSELoss()
     last: float | None = None
-    for x, y in job.iterate(loader, model=model, optimizer=optimizer, max_iterations=args.iterations,
-                            checkpoint_every=args.checkpoint_every or None):
+    for inputs, targets in job.iterate(loader, model=model, optimizer=optimizer, max_iterations=args.iterations,
+                                       checkpoint_every=args.checkpoint_every or None):
+        x, y = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
         optimizer.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -82,12 +92,16 @@ def fit(args: argparse.Namespace, job: train.Job, model: nn.Module, loader: Data
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     job = train.attach()
-    model = make_model(args)
+    device = pick_device(args.device)
+    print(f"training on {device}", flush=True)
+    # On the device before the optimizer exists (its state follows the parameters); a checkpoint is
+    # loaded onto the CPU and copied into them by load_state_dict.
+    model = make_model(args).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     restored = job.restore(model, optimizer)
     if restored is not None:
         print(f"resumed from {restored.path} at iteration {restored.iteration}", flush=True)
-    loss = fit(args, job, model, make_loader(args, make_data(args), job), optimizer)
+    loss = fit(args, job, model, make_loader(args, make_data(args), job), optimizer, device=device)
     state = "stopped for the lease" if job.stopping else "finished"
     print(f"{state} at iteration {job.iteration}, last loss {loss}", flush=True)
     job.close()

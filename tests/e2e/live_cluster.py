@@ -21,6 +21,7 @@ from roundhouse.client import Client
 from roundhouse.local import LocalCluster, LocalClusterConfig
 from schemas.control import JobsQuery, JobView
 from schemas.job import JobSpec
+from services.runtime.bus import NoResponderError
 
 CURVE_JOB = Path(__file__).resolve().parent / "jobs" / "curve_job.py"
 FINAL = ("completed", "failed", "cancelled")
@@ -49,7 +50,7 @@ class Live:
     async def jobs(self, job_ids: list[str]) -> list[JobView] | None:
         try:
             reply = await self.client.jobs(JobsQuery(job_ids=sorted(job_ids), include_finished=True))
-        except TimeoutError:  # the scheduler may be busy in a round (or still electing itself)
+        except (TimeoutError, NoResponderError):  # the scheduler may be busy in a round (or still electing itself)
             return None
         return reply.jobs
 

@@ -24,7 +24,8 @@ torch = pytest.importorskip("torch", reason="the train extra (torch) is not inst
 
 ITERATIONS = 60
 ARGS = ["--iterations", str(ITERATIONS), "--samples", "512", "--batch-size", "16", "--hidden", "16",
-        "--sleep", "0.03", "--log-every", "0"]  # fmt: skip
+        "--sleep", "0.03", "--log-every", "0", "--device", "cpu"]  # fmt: skip
+# (CPU and gloo even on a GPU host: both fake-GPU "nodes" would put their rank on physical GPU 0.)
 
 
 def free_port() -> int:
