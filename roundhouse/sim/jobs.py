@@ -240,6 +240,7 @@ def _spec_template() -> dict[str, Any]:
 
 
 _SPEC_FIELDS_SET = frozenset({"name", "command", "gpus", "job_class", "user", "model", "expected_duration_s"})
+_ELASTIC_FIELDS_SET = _SPEC_FIELDS_SET | {"max_gpus"}
 
 
 def spec_for(job: TraceJob) -> JobSpec:
@@ -266,9 +267,13 @@ def spec_for(job: TraceJob) -> JobSpec:
         fields["memory_gb"] = job.memory_gb
     if job.loss_target is not None:
         fields["loss_target"] = job.loss_target
+    fields_set = _SPEC_FIELDS_SET
+    if job.max_gpus is not None:
+        fields["max_gpus"] = job.max_gpus
+        fields_set = _ELASTIC_FIELDS_SET
     spec = JobSpec.__new__(JobSpec)
     object.__setattr__(spec, "__dict__", fields)
-    object.__setattr__(spec, "__pydantic_fields_set__", _SPEC_FIELDS_SET)
+    object.__setattr__(spec, "__pydantic_fields_set__", fields_set)
     object.__setattr__(spec, "__pydantic_extra__", None)
     object.__setattr__(spec, "__pydantic_private__", None)
     return spec

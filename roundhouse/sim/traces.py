@@ -20,7 +20,8 @@ Formats (``roundhouse simulate --trace FILE --format NAME``):
     Our documented schema (docs/simulator.md): a header row, then one job per row. Columns:
     ``arrival_s`` (required), ``gpus`` (required), ``duration_s`` or ``iterations`` with
     ``iteration_s`` (one of the two is required), and optional ``class`` (TE|BE), ``user``,
-    ``model``, ``checkpoint_s``. Unknown columns are an error (a typo must not be ignored).
+    ``model``, ``checkpoint_s``, ``max_gpus`` (an elastic job's cap). Unknown columns are an error
+    (a typo must not be ignored).
 
 Rows are sorted by arrival (stable, so equal arrivals keep file order) and re-indexed from 0.
 """
@@ -53,7 +54,8 @@ POLLUX_DURATIONS_S: Mapping[str, float] = MappingProxyType(
 )
 
 ROUNDHOUSE_COLUMNS = frozenset(
-    {"arrival_s", "gpus", "duration_s", "iterations", "iteration_s", "class", "user", "model", "checkpoint_s"}
+    {"arrival_s", "gpus", "duration_s", "iterations", "iteration_s", "class", "user", "model", "checkpoint_s",
+     "max_gpus"}
 )
 
 
@@ -105,6 +107,7 @@ def _reindexed(jobs: list[TraceJob]) -> list[TraceJob]:
             model=j.model,
             iterations=j.iterations,
             checkpoint_s=j.checkpoint_s,
+            max_gpus=j.max_gpus,
         )
         for i, j in enumerate(jobs)
     ]
@@ -206,6 +209,7 @@ def read_roundhouse(path: Path) -> list[TraceJob]:
         if label not in JobClass.__members__:
             raise WorkloadError(f"{path}:{line}: class must be TE or BE, got {label!r}")
         checkpoint = _num(path, line, row, "checkpoint_s", float) if row.get("checkpoint_s") else None
+        max_gpus = int(_num(path, line, row, "max_gpus", float)) if row.get("max_gpus") else None
         jobs.append(
             TraceJob(
                 index=len(jobs),
@@ -217,6 +221,7 @@ def read_roundhouse(path: Path) -> list[TraceJob]:
                 model=row.get("model") or None,
                 iterations=iterations,
                 checkpoint_s=checkpoint,
+                max_gpus=max_gpus,
             )
         )
     return _reindexed(jobs)

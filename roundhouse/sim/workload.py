@@ -49,6 +49,10 @@ class TraceJob:
     """The job's loss as a function of its progress (``roundhouse.sim.loss``); None: it reports none."""
     loss_target: float | None = None
     """The user's target loss (``JobSpec.loss_target``: Blox §5.3 termination, Hermes' goal)."""
+    max_gpus: int | None = None
+    """Elastic jobs: the most GPUs it can use (``JobSpec.max_gpus``; Optimus and Gandiva's grow-shrink
+    give it more than ``gpus`` when they are free); None: rigid. ``duration_s`` stays its run time on
+    ``gpus`` GPUs, the cost model scales it for other counts."""
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -57,6 +61,8 @@ class TraceJob:
             raise WorkloadError(f"job {self.index}: duration must be a positive number, got {self.duration_s}")
         if not (self.arrival_s >= 0 and math.isfinite(self.arrival_s)):
             raise WorkloadError(f"job {self.index}: arrival must be >= 0, got {self.arrival_s}")
+        if self.max_gpus is not None and self.max_gpus < self.gpus:
+            raise WorkloadError(f"job {self.index}: max_gpus ({self.max_gpus}) must be >= gpus ({self.gpus})")
         if self.iterations is not None and self.iterations < 1:
             raise WorkloadError(f"job {self.index}: iterations must be >= 1, got {self.iterations}")
         if self.loss_target is not None and not math.isfinite(self.loss_target):

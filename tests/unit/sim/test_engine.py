@@ -279,3 +279,18 @@ def test_fill_rounds_never_preempt_and_leave_the_policys_rounds_alone() -> None:
     assert dict(zip([1, 0], plain.jct, strict=True)) == {1: 130.0, 0: 350.0}
     assert filled.all_preemptions == plain.all_preemptions == 1
     assert list(filled.responsiveness) == [50.0, 0.0]
+
+
+def test_an_elastic_job_gets_the_free_gpus_optimus_gives_it() -> None:
+    # Optimus gives a lone elastic job (1 GPU requested, up to 4) every free GPU of a 1x4 node at the
+    # round at 0: it runs at (4/1) ** 0.8 (the cost model's sub-linear scaling) the speed of its
+    # requested single GPU, so 1000 s of work take 1000 / 4 ** 0.8 = 329.9 s. A rigid job of the
+    # same size keeps 1 GPU and takes 1000 s. The job's spec carries max_gpus from the workload.
+    elastic = simulate([tj(0, 0.0, 1000.0, max_gpus=4)], per_node=4, scheduler="optimus")
+    assert list(elastic.jct) == [pytest.approx(1000.0 / 4**0.8)]
+    assert elastic.busy_gpu_s == pytest.approx(4 * 1000.0 / 4**0.8)
+    rigid = simulate([tj(0, 0.0, 1000.0)], per_node=4, scheduler="optimus")
+    assert list(rigid.jct) == [1000.0]
+    # Capped by max_gpus: 2 of the 4 GPUs.
+    capped = simulate([tj(0, 0.0, 1000.0, max_gpus=2)], per_node=4, scheduler="optimus")
+    assert list(capped.jct) == [pytest.approx(1000.0 / 2**0.8)]

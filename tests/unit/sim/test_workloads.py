@@ -129,9 +129,9 @@ def test_fitgpp_synthetic_rejects_bad_options() -> None:
 def test_roundhouse_csv(tmp_path: Path) -> None:
     path = tmp_path / "jobs.csv"
     path.write_text(
-        "arrival_s,gpus,duration_s,iterations,iteration_s,class,user,model,checkpoint_s\n"
-        "30,2,,100,1.5,TE,alice,resnet50,\n"
-        "10,1,600,,,BE,bob,,12\n",
+        "arrival_s,gpus,duration_s,iterations,iteration_s,class,user,model,checkpoint_s,max_gpus\n"
+        "30,2,,100,1.5,TE,alice,resnet50,,\n"
+        "10,1,600,,,BE,bob,,12,4\n",
         encoding="utf-8",
     )
     jobs = read_trace(path, "roundhouse")
@@ -140,6 +140,7 @@ def test_roundhouse_csv(tmp_path: Path) -> None:
     assert jobs[1].user == "alice"
     assert jobs[0].checkpoint_s == 12.0
     assert jobs[1].iterations == 100
+    assert [j.max_gpus for j in jobs] == [4, None]  # elastic up to 4 GPUs / rigid
 
 
 @pytest.mark.parametrize(
@@ -150,6 +151,7 @@ def test_roundhouse_csv(tmp_path: Path) -> None:
         ("arrival_s,gpus,duration_s\n1,x,5\n", "must be a number"),
         ("arrival_s,gpus,duration_s,class\n1,1,5,XX\n", "TE or BE"),
         ("arrival_s,gpus,duration_s\n1,0,5\n", "at least 1 GPU"),
+        ("arrival_s,gpus,duration_s,max_gpus\n1,4,5,2\n", r"max_gpus \(2\) must be >= gpus \(4\)"),
     ],
 )
 def test_roundhouse_csv_errors(tmp_path: Path, text: str, message: str) -> None:
