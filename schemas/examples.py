@@ -21,6 +21,7 @@ from schemas.jobs import (
     JobAccepted,
     JobArrived,
     JobCancel,
+    JobCheckpointed,
     JobCompleted,
     JobFailed,
     JobHeld,
@@ -161,6 +162,19 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
             startup_s=14.5,
         ),
         JobStarted(job_id="j", lease_id="l", node_id="n", epoch=0, gpus=[0]),
+    ),
+    JobCheckpointed: lambda: (
+        JobCheckpointed(
+            event_id=_eid("checkpointed"),
+            ts=EXAMPLE_TS,
+            job_id="job-0001",
+            lease_id="lease-0001-2",
+            node_id="node-01",
+            epoch=7,
+            checkpoint_path="/ckpt/job-0001/checkpoint.pt",
+            iteration=2000,
+        ),
+        JobCheckpointed(job_id="j", lease_id="l", node_id="n", epoch=0, checkpoint_path="c", iteration=0),
     ),
     JobSuspended: lambda: (
         JobSuspended(

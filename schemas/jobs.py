@@ -4,12 +4,15 @@ Flow: a client publishes :class:`JobArrived`; admission answers with :class:`Job
 :class:`JobHeld` or :class:`JobRejected`; a client may publish :class:`JobCancel` at any time.
 Workers report facts about a lease they hold: :class:`JobStarted`, then one of
 :class:`JobSuspended` (stopped, resumable from a checkpoint), :class:`JobCompleted` or
-:class:`JobFailed`. All of these are durable (JetStream) and deduplicated by ``event_id``, so a
-consumer may see one twice after a redelivery and must apply it idempotently (e.g. by lease id).
+:class:`JobFailed`; while it runs, :class:`JobCheckpointed` for each periodic checkpoint rank 0
+completes (so a run lost later resumes from it, not from an older one). All of these are durable
+(JetStream) and deduplicated by ``event_id``, so a consumer may see one twice after a redelivery
+and must apply it idempotently (e.g. by lease id).
 
 For a multi-node job every node's agent reports :class:`JobStarted` for its own part (``node_id``
 tells them apart; the job runs once all parts have started), while the coordinator (rank 0's node)
-reports the job-wide :class:`JobSuspended`, :class:`JobCompleted` and :class:`JobFailed`.
+reports the job-wide :class:`JobCheckpointed`, :class:`JobSuspended`, :class:`JobCompleted` and
+:class:`JobFailed`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ __all__ = [
     "JobAccepted",
     "JobArrived",
     "JobCancel",
+    "JobCheckpointed",
     "JobCompleted",
     "JobFailed",
     "JobHeld",
@@ -98,6 +102,20 @@ class JobStarted(_LeaseFact):
     iteration: Iteration = Field(default=0, description="Iteration it starts from (0, or the resumed one).")
     resumed_from: Path | None = Field(default=None, description="Checkpoint it was restored from, if any.")
     startup_s: Seconds | None = Field(default=None, description="Grant-to-running time (restore cost).")
+
+
+class JobCheckpointed(_LeaseFact):
+    """Rank 0 completed a checkpoint while the job runs (``checkpoint_every``), not at a stop.
+
+    The checkpoint written when a lease stops the job travels with :class:`JobSuspended`; this fact
+    is for the periodic ones in between, so that a run lost later (its node goes silent, its agent
+    dies) resumes from the newest checkpoint and the scheduler rewinds the job's progress only to it.
+    One fact per new checkpoint; a consumer keeps it only if ``iteration`` is newer than the
+    checkpoint it knows for the job.
+    """
+
+    checkpoint_path: Path = Field(description="The complete checkpoint file.")
+    iteration: Iteration = Field(description="Iteration the checkpoint holds (the run resumes after it).")
 
 
 class SuspendReason(enum.StrEnum):

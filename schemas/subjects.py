@@ -24,6 +24,7 @@ from schemas.jobs import (
     JobAccepted,
     JobArrived,
     JobCancel,
+    JobCheckpointed,
     JobCompleted,
     JobFailed,
     JobHeld,
@@ -40,6 +41,7 @@ __all__ = [
     "JOB_ACCEPTED",
     "JOB_ARRIVED",
     "JOB_CANCEL",
+    "JOB_CHECKPOINTED",
     "JOB_COMPLETED",
     "JOB_FAILED",
     "JOB_HELD",
@@ -101,6 +103,7 @@ JOB_HELD: Final = "job.held"
 JOB_REJECTED: Final = "job.rejected"
 JOB_CANCEL: Final = "job.cancel"
 JOB_STARTED: Final = "job.started"
+JOB_CHECKPOINTED: Final = "job.checkpointed"
 JOB_SUSPENDED: Final = "job.suspended"
 JOB_COMPLETED: Final = "job.completed"
 JOB_FAILED: Final = "job.failed"
@@ -157,6 +160,13 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         durable=True,
         description="A worker launched a job for a lease.",
         direction="worker -> all",
+    ),
+    SubjectSpec(
+        JOB_CHECKPOINTED,
+        JobCheckpointed,
+        durable=True,
+        description="A running job completed a periodic checkpoint.",
+        direction="worker -> scheduler",
     ),
     SubjectSpec(
         JOB_SUSPENDED,

@@ -17,7 +17,15 @@ from schemas import codec
 from schemas.base import WireModel
 from schemas.examples import example
 from schemas.job import JobSpec
-from schemas.jobs import JobArrived, JobCompleted, JobFailed, JobHeld, JobStarted, JobSuspended
+from schemas.jobs import (
+    JobArrived,
+    JobCheckpointed,
+    JobCompleted,
+    JobFailed,
+    JobHeld,
+    JobStarted,
+    JobSuspended,
+)
 from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke
 from schemas.metrics import JobMetrics, NodeMetrics
 from schemas.nodes import NodeHeartbeat, NodeRegister
@@ -150,6 +158,17 @@ CASES = [
         ("checkpoint_iteration",),
         "checkpoint_path_required",
     ),
+    # A periodic checkpoint names its file and the iteration it holds: both are required.
+    case("checkpointed-path-missing", JobCheckpointed, ("checkpoint_path",), DELETE, ("checkpoint_path",), "missing"),
+    case("checkpointed-path-empty", JobCheckpointed, ("checkpoint_path",), "", ("checkpoint_path",),
+         "string_too_short"),
+    case("checkpointed-path-nul", JobCheckpointed, ("checkpoint_path",), "a\x00b", ("checkpoint_path",),
+         "string_pattern_mismatch"),
+    case("checkpointed-iteration-missing", JobCheckpointed, ("iteration",), DELETE, ("iteration",), "missing"),
+    case("checkpointed-iteration-negative", JobCheckpointed, ("iteration",), -1, ("iteration",),
+         "greater_than_equal"),
+    case("checkpointed-epoch-missing", JobCheckpointed, ("epoch",), DELETE, ("epoch",), "missing"),
+    case("checkpointed-lease-missing", JobCheckpointed, ("lease_id",), DELETE, ("lease_id",), "missing"),
     case("suspended-reason-unknown", JobSuspended, ("reason",), "bored", ("reason",), "enum"),
     case("completed-exit-code-256", JobCompleted, ("exit_code",), 256, ("exit_code",), "less_than_equal"),
     case("failed-exit-code-reason-needs-code", JobFailed, ("exit_code",), None, (), "exit_code_required"),

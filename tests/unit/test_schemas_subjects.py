@@ -8,7 +8,7 @@ from schemas import subjects
 from schemas.base import Event
 from schemas.control import JobsReply
 from schemas.examples import example
-from schemas.jobs import JobArrived, JobCancel, JobFailed
+from schemas.jobs import JobArrived, JobCancel, JobCheckpointed, JobFailed
 from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke
 from schemas.metrics import JobMetrics, NodeMetrics
 from schemas.nodes import NodeHeartbeat, NodeRegister
@@ -32,8 +32,9 @@ DESIGN_SUBJECTS = {
 
 
 CONTROL_SUBJECTS = {
-    # Beyond DESIGN.md's table (schemas/control.py): two-phase stop propagation and job queries.
-    "lease.stop.*", "query.jobs",
+    # Beyond DESIGN.md's table: two-phase stop propagation and job queries (schemas/control.py),
+    # periodic checkpoints of a running job (schemas/jobs.py).
+    "lease.stop.*", "query.jobs", "job.checkpointed",
 }  # fmt: skip
 
 
@@ -52,6 +53,7 @@ def test_each_model_has_one_subject() -> None:
         pytest.param("job.arrived", JobArrived, id="exact"),
         pytest.param("job.cancel", JobCancel, id="exact-intent"),
         pytest.param("job.failed", JobFailed, id="exact-fact"),
+        pytest.param("job.checkpointed", JobCheckpointed, id="exact-checkpoint-fact"),
         pytest.param("schedule.round", ScheduleRound, id="round"),
         pytest.param("placement.plan", PlacementPlan, id="plan"),
         pytest.param("node.register", NodeRegister, id="register"),
@@ -103,7 +105,7 @@ def test_durable_patterns_are_the_lifecycle_subjects() -> None:
     durable = durable_patterns()
     assert set(durable) == {
         "job.arrived", "job.accepted", "job.held", "job.rejected", "job.cancel",
-        "job.started", "job.suspended", "job.completed", "job.failed", "node.register",
+        "job.started", "job.checkpointed", "job.suspended", "job.completed", "job.failed", "node.register",
     }  # fmt: skip
     # Heartbeats, metrics, leases (request-reply) and rounds stay on core NATS.
     for core in ("node.heartbeat", "metrics.job.x", "metrics.node.x", "lease.grant.x", "schedule.round"):
