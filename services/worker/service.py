@@ -3,7 +3,8 @@
 Commands (request-reply, acked once recorded, fenced by epoch): ``lease.grant.<node>`` starts a
 lease's processes, ``lease.revoke.<node>`` starts the two-phase stop (coordinator of a multi-node
 job), ``lease.stop.<node>`` carries ``stop_at`` from a coordinator to this node. Facts (durable,
-through :class:`~services.worker.outbox.Outbox`): ``job.started``, ``job.suspended``,
+through :class:`~services.worker.outbox.Outbox`): ``job.started``, ``job.checkpointed`` (a
+periodic checkpoint of a running job, seen where the metrics are sampled), ``job.suspended``,
 ``job.completed``, ``job.failed``. Liveness: ``node.register`` on start and after a reconnect,
 ``node.heartbeat`` every ``heartbeat_s``. Metrics: ``metrics.job.<id>`` from the training
 processes' channels and ``metrics.node.<id>``, every ``metrics_s``. See docs/worker.md.
@@ -31,6 +32,7 @@ from schemas.control import LeaseStopAt
 from schemas.jobs import (
     CompletionReason,
     FailureReason,
+    JobCheckpointed,
     JobCompleted,
     JobFailed,
     JobStarted,
@@ -103,9 +105,11 @@ class WorkerService(RoundhouseService):
         self._loops: list[asyncio.Task[None]] = []
         self._subs: list[Any] = []
         self._metrics_seen: dict[str, tuple[int, int]] = {}
+        self._checkpoints_seen: dict[str, int] = {}
+        """lease id -> iteration of the last checkpoint reported with ``job.checkpointed``."""
         self.counters: dict[str, int] = dict.fromkeys(
-            ("grants", "revokes", "stop_ats", "refused", "duplicates", "stale_epoch", "started", "suspended",
-             "completed", "failed", "cut_offs"), 0,
+            ("grants", "revokes", "stop_ats", "refused", "duplicates", "stale_epoch", "started", "checkpointed",
+             "suspended", "completed", "failed", "cut_offs"), 0,
         )  # fmt: skip
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -482,6 +486,7 @@ class WorkerService(RoundhouseService):
                 self.counters["completed"] += 1
         finally:
             self._publish_metrics(lease)
+            self._checkpoints_seen.pop(lease.lease_id, None)
             for rank in lease.ranks:
                 rank.channel.close()
             self.table.remove(lease)
@@ -647,6 +652,9 @@ class WorkerService(RoundhouseService):
     async def _metrics_loop(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.metrics_s)
+            for lease in self.table:
+                # Before the connection check: the fact waits in the outbox while we are cut off.
+                self._report_checkpoint(lease)
             if not self.bus.nc.is_connected:
                 continue
             for lease in self.table:
@@ -656,6 +664,40 @@ class WorkerService(RoundhouseService):
                 sample = NodeMetrics(node_id=self.node_id, gpus=self.inventory.sample(busy),
                                      interval_s=self.cfg.metrics_s)
                 await self.bus.publish(node_metrics(self.node_id), sample)
+
+    def _report_checkpoint(self, lease: Lease) -> None:
+        """``job.checkpointed`` once per new complete checkpoint of rank 0 while the job runs.
+
+        Why: the scheduler learns a checkpoint otherwise only from the fact that ends the run; a run
+        that is lost instead (its node goes silent, this agent dies) would resume from an older
+        checkpoint, its progress since counted as lost. The checkpoint written at a stop is left to
+        ``job.suspended`` (the lease is stopping, or rank 0 no longer running, by then); one written
+        just before a stop may go both ways, which the scheduler's newer-only rule makes harmless.
+        Sampled every ``metrics_s`` like the metrics: a checkpoint replaced within one period is
+        reported only as the newer one, which is all a resume needs.
+        """
+        if (not lease.is_coordinator or lease.stopping or lease.reported or lease.silent or lease.killed
+                or not lease.ranks or lease.checkpoint_dir is None):  # fmt: skip
+            return
+        channel = lease.ranks[0].channel
+        if channel.closed:
+            return
+        iteration = channel.checkpoint_iteration  # read before the status: a stop sets it first
+        if iteration is None or channel.status is not ClientStatus.RUNNING:
+            return
+        grant = lease.grant
+        # The checkpoint the run resumed from is already the scheduler's (the client reports it as
+        # restored); only a newer one is news. As in _last_checkpoint, rank 0 writes its own
+        # checkpoints to <checkpoint dir>/checkpoint.pt.
+        floor = self._checkpoints_seen.get(lease.lease_id, grant.resume_iteration)
+        if floor is not None and iteration <= floor:
+            return
+        self._checkpoints_seen[lease.lease_id] = iteration
+        self.counters["checkpointed"] += 1
+        self._emit(JobCheckpointed(
+            job_id=grant.job_id, lease_id=grant.lease_id, node_id=self.node_id, epoch=grant.epoch,
+            checkpoint_path=str(lease.checkpoint_dir / CHECKPOINT_NAME), iteration=iteration,
+        ))  # fmt: skip
 
     def _publish_metrics(self, lease: Lease) -> None:
         """Publish rank 0's latest numbers (coordinator only) when they changed since the last time."""

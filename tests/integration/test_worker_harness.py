@@ -19,7 +19,7 @@ from typing import Any
 from schemas.base import Event
 from schemas.control import LeaseStopAt
 from schemas.job import JobSpec
-from schemas.jobs import JobCompleted, JobFailed, JobStarted, JobSuspended
+from schemas.jobs import JobCheckpointed, JobCompleted, JobFailed, JobStarted, JobSuspended
 from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke, RevokeReason, WorldInfo
 from schemas.metrics import JobMetrics
 from schemas.nodes import NodeHeartbeat, NodeRegister
@@ -67,7 +67,8 @@ async def collect(bus: Bus) -> Facts:
     async def keep(event: Event) -> None:
         facts.events.append(event)
 
-    for subject, model in (("job.started", JobStarted), ("job.suspended", JobSuspended),
+    for subject, model in (("job.started", JobStarted), ("job.checkpointed", JobCheckpointed),
+                           ("job.suspended", JobSuspended),
                            ("job.completed", JobCompleted), ("job.failed", JobFailed),
                            ("node.register", NodeRegister), ("node.heartbeat", NodeHeartbeat),
                            ("metrics.job.*", JobMetrics)):  # fmt: skip
