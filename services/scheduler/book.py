@@ -19,10 +19,11 @@ that is still restoring its checkpoint.
 Checkpoints: an entry keeps its checkpoint's path *and* the iteration that checkpoint holds
 (``checkpoint_iteration``, stored beside the path). A new run resumes from that iteration
 (``resume_iteration``), not from ``iterations_done``, which follows the job-metrics past the
-checkpoint while a run progresses. A run that stops without a newer checkpoint (its node went
-silent, its lease was lost or expired, its revoke passed the deadline) loses that progress: the job
-is requeued with ``iterations_done`` back at its checkpoint's iteration (0 without one), the work
-it must do again.
+checkpoint while a run progresses. A running job's periodic checkpoints (``job.checkpointed``,
+``checkpointed``) move it forward while the run goes on. A run that stops without a newer
+checkpoint (its node went silent, its lease was lost or expired, its revoke passed the deadline)
+loses the progress past the newest checkpoint known: the job is requeued with ``iterations_done``
+back at that checkpoint's iteration (0 without one), the work it must do again.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class JobEntry:
     """Why it was held, rejected, failed (for ``roundhouse jobs``; memory only)."""
     requeued_since: float | None = None
     """``queued_since`` before the current lease, to restore if its grant fails."""
+    released_lease_id: str | None = None
+    """The job's lease released last (memory only): a ``job.checkpointed`` of that run that lands
+    after the release still counts (see ``JobBook.checkpointed``)."""
 
 
 @dataclass(slots=True)
@@ -451,8 +455,9 @@ class JobBook:
         ``checkpoint`` (with the iteration it holds) is the run's newest checkpoint, as its fact
         reported it; ``iterations`` the iteration the run reached. A requeued job's
         ``iterations_done`` goes back to its checkpoint's iteration (0 without one): a lost run
-        (no fact: ``checkpoint`` None) keeps the checkpoint it resumed from, and a suspension's
-        progress past its checkpoint is lost too. A job that ends keeps the iteration it reached."""
+        (no fact: ``checkpoint`` None) keeps the newest checkpoint known, the one it resumed from
+        or a later periodic one it reported (``checkpointed``), and a suspension's progress past
+        its checkpoint is lost too. A job that ends keeps the iteration it reached."""
         lease = self.leases.get(lease_id)
         if lease is None:
             return None
@@ -522,6 +527,7 @@ class JobBook:
             self._unindex_lease(lease)
             if entry.lease is lease:
                 entry.lease = None
+                entry.released_lease_id = lease.lease_id
                 entry.state.resumed_at = None
 
         change.then(effect)
@@ -591,6 +597,37 @@ class JobBook:
         changes.update(self._rewind(checkpoint, checkpoint_iteration))
         change.update_job(entry, changes)
         self._touch(change, entry)
+        return change
+
+    def checkpointed(self, job_id: str, lease_id: str, checkpoint: str, iteration: int) -> Change:
+        """A periodic checkpoint of a run (``job.checkpointed``): the job now resumes from it.
+
+        Kept only for the job's current run, or for the run released last while the job waits (the
+        fact may land after a lost run's release: its consumer is not the one that saw the node go),
+        and only if it is newer than the checkpoint the job would resume from; anything else (a
+        finished job, an older lease, a redelivered or older checkpoint) is a no-op. A running job
+        keeps its progress (``iterations_done`` only rises to the checkpoint's iteration, the
+        metrics may lag) and a later loss of the run rewinds it to this checkpoint (``release``); a
+        waiting job, rewound to an older checkpoint by that release, moves forward to this one.
+        """
+        entry = self.jobs.get(job_id)
+        change = Change()
+        if entry is None or entry.state.status.is_final:
+            return change
+        current = entry.lease is not None and entry.lease.lease_id == lease_id
+        if not current and (entry.lease is not None or entry.released_lease_id != lease_id):
+            return change
+        known = self.resume_iteration(entry)
+        if known is not None and iteration <= known:
+            return change
+        changes: JobChanges = {"checkpoint_path": checkpoint, "checkpoint_iteration": iteration}
+        if entry.state.iterations_done < iteration:
+            changes["iterations_done"] = iteration
+        change.update_job(entry, changes)
+        if not current:
+            # A waiting job's progress is what policies rank by; a running one's moves with the
+            # metrics without a new state version (a plan in flight stays valid).
+            self._touch(change, entry)
         return change
 
     def gpus_held_on(

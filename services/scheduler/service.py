@@ -31,6 +31,7 @@ from schemas.jobs import (
     JobAccepted,
     JobArrived,
     JobCancel,
+    JobCheckpointed,
     JobCompleted,
     JobFailed,
     JobHeld,
@@ -46,6 +47,7 @@ from schemas.subjects import (
     JOB_ACCEPTED,
     JOB_ARRIVED,
     JOB_CANCEL,
+    JOB_CHECKPOINTED,
     JOB_COMPLETED,
     JOB_FAILED,
     JOB_HELD,
@@ -163,6 +165,7 @@ CONSUMERS: dict[str, str] = {
     JOB_REJECTED: "scheduler-rejected",
     JOB_CANCEL: "scheduler-cancel",
     JOB_STARTED: "scheduler-started",
+    JOB_CHECKPOINTED: "scheduler-checkpointed",
     JOB_SUSPENDED: "scheduler-suspended",
     JOB_COMPLETED: "scheduler-completed",
     JOB_FAILED: "scheduler-failed",
@@ -291,6 +294,7 @@ class SchedulerService(RoundhouseService):
             JOB_REJECTED: (JobRejected, self._on_rejected),
             JOB_CANCEL: (JobCancel, self._on_cancel),
             JOB_STARTED: (JobStarted, self._on_started),
+            JOB_CHECKPOINTED: (JobCheckpointed, self._on_checkpointed),
             JOB_SUSPENDED: (JobSuspended, self._on_suspended),
             JOB_COMPLETED: (JobCompleted, self._on_completed),
             JOB_FAILED: (JobFailed, self._on_failed),
@@ -548,6 +552,12 @@ class SchedulerService(RoundhouseService):
     async def _revoke_stray(self, term: _Term, lease: Lease) -> None:
         with contextlib.suppress(DeposedError):
             await term.executor.revoke(lease, RevokeReason.PREEMPT, 0.0, time.time() + self.cfg.request_timeout_s)
+
+    async def _on_checkpointed(self, event: JobCheckpointed) -> None:
+        # Persisted, not only kept in memory: a run lost after a failover must still rewind to it.
+        async with self._lock:
+            change = self.book.checkpointed(event.job_id, event.lease_id, event.checkpoint_path, event.iteration)
+            await self._commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_CHECKPOINTED])
 
     async def _on_suspended(self, event: JobSuspended) -> None:
         now = time.time()

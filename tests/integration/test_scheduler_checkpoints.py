@@ -1,5 +1,8 @@
 """A run lost past its checkpoint: the next run resumes from the checkpoint's iteration.
 
+The second test: a run that wrote periodic checkpoints (``job.checkpointed``) and was then lost
+resumes from the last of them, and only the progress past it is taken back.
+
 Real nats-server, the scheduler service on a SQLite store, the metrics service (folding the agent's
 ``metrics.job.<id>`` samples into the ``job-metrics`` bucket the scheduler watches) and a real
 worker agent process running a real training script (``roundhouse.train``: it checkpoints when its
@@ -13,16 +16,22 @@ iteration and the run's first progress (``resume.py``) is not recognised.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import sys
 from pathlib import Path
 
+from roundhouse.train._checkpoint import load_checkpoint
 from schemas.job import JobSpec
-from schemas.jobs import JobStarted, JobSuspended, SuspendReason
+from schemas.jobs import JobCheckpointed, JobStarted, JobSuspended, SuspendReason
 from services.core.state import JobStatus
 from services.metrics.service import MetricsConfig, MetricsService
 from services.runtime.broker import Broker
 from services.scheduler.book import JobBook
+from services.worker.channel import Channel
 from tests.integration.test_scheduler import cluster, wait_for
+from tests.integration.test_worker_checkpoints import write_periodic_script
 from tests.integration.test_worker_harness import Facts, WorkerProcess, collect, write_script
 
 NODE = "ckpt-node"
@@ -124,6 +133,85 @@ async def test_a_run_lost_past_its_checkpoint_resumes_from_the_checkpoint_iterat
             await wait_for(lambda: entry.state.iterations_done > ckpt, what="run 3's progress in the book")
             log = (work_dir / "leases" / run3.lease_id / "rank-0.log").read_text()
             assert "the scheduler expected" not in log, log
+        finally:
+            await agent.stop()
+            await metrics.stop()
+
+
+EVERY = 50
+"""Iterations between periodic checkpoints (0.01 s each: one checkpoint every ~0.5 s)."""
+
+
+async def test_a_run_lost_after_periodic_checkpoints_resumes_from_the_last_one(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    work_dir = tmp_path / "node"
+    script = write_periodic_script(tmp_path)
+    async with cluster(broker, namespace, tmp_path) as c:
+        facts = await collect(c.client)
+        metrics = MetricsService(MetricsConfig(nats=broker.url, namespace=namespace, flush_interval_s=0.05))
+        await metrics.start(await c.connect("metrics"))
+        agent = worker(broker, namespace, work_dir)
+        try:
+            await agent.start(facts)
+            s = await c.start_scheduler(policy="fifo", round_s=0.3, lease_ttl_s=LEASE_TTL_S)
+            await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader with the node")
+            command = [sys.executable, str(script), "100000", "0.01", str(EVERY)]
+            await c.submit("j", JobSpec(name="j", command=command, grace_period_s=5.0))
+
+            # Run 1 (a fresh start) writes periodic checkpoints; the scheduler keeps each one.
+            await wait_for(lambda: started(facts, "j", 1) is not None, timeout_s=15, what="run 1 started")
+            run1 = started(facts, "j", 1)
+            assert run1 is not None
+            entry = s.book.jobs["j"]
+            await wait_for(lambda: (entry.checkpoint_iteration or 0) >= 2 * EVERY, timeout_s=15,
+                           what="two periodic checkpoints applied")  # fmt: skip
+            assert entry.state.preemptions == 0  # no stop so far: job.checkpointed alone told it
+
+            # The node dies: freeze the training process (so it writes nothing the agent does not
+            # see), give the agent two samples to report what rank 0 completed, then kill both.
+            group = Channel.open(work_dir / "leases" / run1.lease_id / "rank-0.chan").group
+            assert group is not None
+            os.killpg(group, signal.SIGSTOP)
+            await asyncio.sleep(0.3)
+            assert agent.process is not None
+            agent.process.kill()
+            await agent.process.wait()
+            os.killpg(group, signal.SIGKILL)
+            reported = [f.iteration for f in facts.of(JobCheckpointed, "j")]
+            assert reported == sorted(set(reported)), reported  # once per checkpoint
+            assert all(i % EVERY == 0 for i in reported), reported
+            last = reported[-1]
+            path = str(work_dir / "checkpoints" / "j" / "checkpoint.pt")
+            assert load_checkpoint(Path(path))["iteration"] == last  # what the file holds
+            await wait_for(lambda: entry.checkpoint_iteration == last, what="the last checkpoint applied")
+            progress = entry.state.iterations_done
+            assert progress >= last
+
+            # Its lease expires with no stop fact: it is requeued at the last periodic checkpoint
+            # (before job.checkpointed: at 0, the whole run redone).
+            await wait_for(lambda: entry.state.status is JobStatus.QUEUED, timeout_s=LEASE_TTL_S + 5,
+                           what="run 1 released as lost")  # fmt: skip
+            assert (entry.state.iterations_done, entry.state.preemptions) == (last, 1)
+            assert JobBook.resume_iteration(entry) == last
+            assert s.store is not None
+            record = await s.store.get_job("j")
+            assert record is not None
+            assert (record.iterations_done, record.checkpoint_iteration, record.checkpoint_path) == (last, last, path)
+
+            # The node comes back: run 2 is granted resume_iteration = the last periodic checkpoint's.
+            agent = worker(broker, namespace, work_dir)
+            await agent.start(facts)
+            await wait_for(lambda: started(facts, "j", 2) is not None, timeout_s=15, what="run 2 started")
+            run2 = started(facts, "j", 2)
+            assert run2 is not None
+            assert (run2.iteration, run2.resumed_from) == (last, path)
+            lease = s.book.leases[run2.lease_id]
+            assert lease.from_iteration == last
+            await wait_for(lambda: lease.progress_at is not None, timeout_s=15, what="run 2's progress seen")
+            await wait_for(lambda: entry.state.iterations_done > last, what="run 2's progress in the book")
+            log = (work_dir / "leases" / run2.lease_id / "rank-0.log").read_text()
+            assert "the scheduler expected" not in log, log  # the checkpoint holds what the grant says
         finally:
             await agent.stop()
             await metrics.stop()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from schemas.job import JobSpec
+from schemas.leases import RevokeReason
 from services.core.state import JobStatus
 from services.metrics.aggregates import JobAggregate
 from services.runtime.kv import KVEntry
@@ -165,3 +166,88 @@ def test_a_checkpoint_of_unknown_iteration_falls_back_to_the_stored_progress() -
     assert second.from_iteration == CKPT
     commit(book.release("L2", 40.0))
     assert entry.state.iterations_done == CKPT
+
+
+# --- periodic checkpoints (job.checkpointed) -------------------------------------------------------
+NEWER = CKPT + 200
+"""A periodic checkpoint L2 wrote after it resumed from CKPT (and before PAST)."""
+
+
+def test_a_periodic_checkpoint_of_the_running_run_is_what_a_later_loss_rewinds_to() -> None:
+    book, entry = progressed_past_checkpoint()
+    version = book.state_version
+    change = commit(book.checkpointed("j", "L2", PATH, NEWER))
+    assert job_updates(change) == {"checkpoint_path": PATH, "checkpoint_iteration": NEWER}  # persisted
+    assert (entry.checkpoint_iteration, entry.state.iterations_done) == (NEWER, PAST)  # progress kept
+    assert book.state_version == version  # a plan ranked on the running job stays valid
+    assert book.leases["L2"].from_iteration == CKPT  # the run itself still started from CKPT
+    released = commit(book.release("L2", 40.0))  # then its node goes silent
+    assert job_updates(released)["iterations_done"] == NEWER  # only the work past NEWER is lost
+    assert (entry.state.status, entry.state.iterations_done) == (JobStatus.QUEUED, NEWER)
+    third = lease("L3", 50.0)
+    commit(book.grant("j", third, 50.0))
+    assert third.from_iteration == NEWER  # the grant's resume_iteration
+
+
+def test_a_periodic_checkpoint_ahead_of_the_lagging_metrics_raises_the_progress() -> None:
+    book, entry = progressed_past_checkpoint()
+    change = commit(book.checkpointed("j", "L2", PATH, PAST + 10))
+    assert job_updates(change)["iterations_done"] == PAST + 10
+    assert entry.state.iterations_done == PAST + 10
+
+
+def test_a_periodic_checkpoint_that_lands_after_its_lost_run_was_released_still_counts() -> None:
+    book, entry = progressed_past_checkpoint()
+    commit(book.release("L2", 40.0))
+    assert entry.state.iterations_done == CKPT
+    version = book.state_version
+    change = commit(book.checkpointed("j", "L2", "/other/checkpoint.pt", NEWER))
+    assert job_updates(change) == {
+        "checkpoint_path": "/other/checkpoint.pt", "checkpoint_iteration": NEWER, "iterations_done": NEWER,
+    }  # fmt: skip
+    assert (entry.state.iterations_done, book.resume_iteration(entry)) == (NEWER, NEWER)
+    assert book.state_version > version  # a waiting job's progress is what policies rank by
+    assert entry.state.status is JobStatus.QUEUED
+
+
+def test_a_redelivered_periodic_checkpoint_is_a_no_op() -> None:
+    book, entry = progressed_past_checkpoint()
+    commit(book.checkpointed("j", "L2", PATH, NEWER))
+    version = entry.version
+    again = commit(book.checkpointed("j", "L2", PATH, NEWER))
+    assert again.is_empty
+    assert entry.version == version
+
+
+def _unchanged(book: JobBook, entry: JobEntry, change: Change) -> None:
+    assert change.is_empty
+    assert (entry.checkpoint_path, entry.checkpoint_iteration) == (PATH, CKPT)
+
+
+@pytest.mark.parametrize("iteration", [CKPT, CKPT - 100], ids=["same-as-known", "older-than-known"])
+def test_a_periodic_checkpoint_not_newer_than_the_known_one_is_ignored(iteration: int) -> None:
+    book, entry = progressed_past_checkpoint()
+    _unchanged(book, entry, commit(book.checkpointed("j", "L2", "/elsewhere", iteration)))
+    assert entry.state.iterations_done == PAST
+
+
+def test_a_periodic_checkpoint_of_an_earlier_run_is_ignored() -> None:
+    """L1 (suspended, then replaced by L2) and L2 once L3 runs: stale leases."""
+    book, entry = progressed_past_checkpoint()
+    _unchanged(book, entry, commit(book.checkpointed("j", "L1", PATH, NEWER)))  # L2 runs
+    commit(book.release("L2", 40.0))
+    _unchanged(book, entry, commit(book.checkpointed("j", "L1", PATH, NEWER)))  # L2 was released last
+    commit(book.grant("j", lease("L3", 50.0), 50.0))
+    _unchanged(book, entry, commit(book.checkpointed("j", "L2", PATH, NEWER)))  # the next run got CKPT
+    assert book.leases["L3"].from_iteration == CKPT
+
+
+def test_a_periodic_checkpoint_of_a_finished_or_unknown_job_is_ignored() -> None:
+    book, entry = progressed_past_checkpoint()
+    # Cancelled while running: final already, its lease still being revoked.
+    commit(book.end("j", JobStatus.CANCELLED, RevokeReason.CANCEL, now=35.0, grace_deadline=45.0))
+    assert entry.lease is not None
+    _unchanged(book, entry, commit(book.checkpointed("j", "L2", PATH, NEWER)))
+    commit(book.release("L2", 40.0, final=JobStatus.FAILED, iterations=PAST))
+    assert commit(book.checkpointed("j", "L2", PATH, NEWER)).is_empty
+    assert commit(book.checkpointed("nobody", "L9", PATH, NEWER)).is_empty
