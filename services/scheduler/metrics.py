@@ -5,10 +5,11 @@ The metrics service keeps one aggregate per job (key = job id, JSON: ``iteration
 The leader watches the bucket and copies those fields into the job's ``JobState`` (``loss``,
 ``loss_history``, ``iteration_time_s``, ``iterations_done``), which is what loss-aware policies
 (Hermes, loss-based termination, SLAQ) rank by. They are progress hints, kept in memory; the store
-gets ``iterations_done`` from the workers' facts at every stop, and only the job's current run moves
-it here (a run lost past its checkpoint has that progress taken back by the book). An aggregate
-that shows the first iteration of a job's current run also marks when that run resumed
-(``Lease.progress_at``, read into ``JobState.resumed_at`` by the snapshot; ``resume.py``).
+gets ``iterations_done`` from the workers' facts at every stop (and, raised to it, at a periodic
+checkpoint: ``JobBook.checkpointed``), and only the job's current run moves it here (a run lost
+past its checkpoint has that progress taken back by the book). An aggregate that shows the first
+iteration of a job's current run also marks when that run resumed (``Lease.progress_at``, read
+into ``JobState.resumed_at`` by the snapshot; ``resume.py``).
 """
 
 from __future__ import annotations
