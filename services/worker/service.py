@@ -486,6 +486,9 @@ class WorkerService(RoundhouseService):
                 self.counters["completed"] += 1
         finally:
             self._publish_metrics(lease)
+            # The lease's last sample is out: its per-lease records go with it (a long-lived agent
+            # runs many leases).
+            self._metrics_seen.pop(lease.lease_id, None)
             self._checkpoints_seen.pop(lease.lease_id, None)
             for rank in lease.ranks:
                 rank.channel.close()
