@@ -10,11 +10,16 @@ What the paper prescribes, and how it is done here:
   the paper's recommendation that K = 2 is enough: one threshold of 3600 GPU-seconds (the
   setting other reimplementations cite as the paper's; the reference simulator's ``dlas-gpu``
   uses 3250 and 7200 with K = 3). Both K and the thresholds are options.
-* **FIFO within a queue** (§3.2.2), keeping running jobs ahead of waiting ones as the reference
-  simulator does after each pass (``run_sim.py`` moves PENDING jobs behind RUNNING ones), so a
-  queue is non-preemptive within itself: a running job is displaced only by a job of a higher
-  queue. Waiting jobs of one queue are FIFO by the time they entered it: submit time, or for a
-  promoted job the moment it crossed the starvation limit.
+* **FIFO within a queue** (§3.2.2), keeping a running job ahead of the waiting ones of its queue
+  once it has run *in that queue*, as the reference simulator does after each pass (``run_sim.py``
+  moves PENDING jobs behind RUNNING ones), so a queue is non-preemptive within itself: such a job is
+  displaced only by a job of a higher queue. A job demoted *during its current run* has not: the
+  reference appends it at the tail of its new queue, behind the jobs already waiting there, so at
+  the next pass they take its GPUs (MLFQ: demotion sends a job to the back of the lower queue). It
+  is ranked with the waiting jobs of its new queue until its run ends. Waiting jobs of one queue
+  are FIFO by the time they entered it: submit time, or for a promoted job the moment it crossed
+  the starvation limit. (With jobs of one width that is the reference's queue-entry order: jobs
+  cross a threshold in the order they started, which is submit order in the FIFO queue above.)
 * **Starvation** (§3.2.2 "Avoiding starvation"): a waiting job below the top queue is promoted to
   Q1 (index 0 here) when it has waited ``promote_knob`` x its execution time (STARVELIMIT, the
   PROMOTEKNOB of §5.4.3). ``promote_knob=None`` disables it. The default 8 is the value other
@@ -51,6 +56,10 @@ from services.core.protocols import Trigger
 from services.core.registry import SCHEDULING
 from services.core.state import ClusterState, JobState, JobStatus
 
+_SERVICE_EPSILON = 1e-6
+"""GPU-seconds of rounding tolerated when a running job's service at its run's start is rebuilt from
+its service now: a job suspended exactly on a threshold ran its new run in the lower queue."""
+
 
 @SCHEDULING.register("tiresias")
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -84,31 +93,58 @@ class TiresiasPolicy:
 
     def queue_of(self, job: JobState, now: float) -> tuple[int, float]:
         """The job's queue index (0 = highest) and the time it entered that queue."""
-        queue = bisect_right(self.queue_thresholds_gpu_s, job.attained_service)
+        queue, entered, _ = self._place_in_queues(job, now)
+        return queue, entered
+
+    def _place_in_queues(self, job: JobState, now: float) -> tuple[int, float, bool]:
+        """(queue, time entered it, whether the job is running and already ran in it)."""
+        thresholds = self.queue_thresholds_gpu_s
+        queue = bisect_right(thresholds, job.attained_service)
+        running = job.status is JobStatus.RUNNING
         knob = self.promote_knob
-        if queue == 0 or knob is None:
-            return queue, job.submit_time
-        if job.status is JobStatus.QUEUED:
+        if queue == 0:
+            return 0, job.submit_time, running  # Q1 is entered by arrival, never during a run
+        promoted_run = False
+        if knob is not None and job.status is JobStatus.QUEUED:
             waiting_since = self._wait_start(job)
             if waiting_since is not None:
                 due = waiting_since + knob * job.executed_time
                 if now >= due:
-                    return 0, due
-        elif job.status is JobStatus.RUNNING and job.last_start_time is not None:
+                    return 0, due, False
+        elif knob is not None and running and job.last_start_time is not None:
             started, preempted = job.last_start_time, job.last_preempt_time
             run = max(0.0, now - started)
             executed_before = job.executed_time - run
             if preempted is not None and preempted <= started and executed_before > 0:
                 due = preempted + knob * executed_before
-                earned = run * len(job.gpus)
-                if started >= due and earned < self.queue_thresholds_gpu_s[0]:
-                    return 0, due
-        return queue, job.submit_time
+                if started >= due:
+                    if run * len(job.gpus) < thresholds[0]:
+                        return 0, due, True  # started by its promotion: it runs in Q1
+                    promoted_run = True  # demoted from Q1 during this run
+        if not running or promoted_run:
+            return queue, job.submit_time, False
+        ran_in_queue = self._service_at_run_start(job, now) >= thresholds[queue - 1] - _SERVICE_EPSILON
+        return queue, job.submit_time, ran_in_queue
+
+    @staticmethod
+    def _service_at_run_start(job: JobState, now: float) -> float:
+        """A running job's attained service when its current run began making progress.
+
+        Service grows by its GPU count per second from ``resumed_at`` (the simulator's and the
+        scheduler's accounting; the scheduler counts from ``last_start_time`` and reports
+        ``resumed_at`` later, so there the value can be high by the restore time x GPUs: a job that
+        crossed a threshold in its restore window counts as already in its queue).
+        """
+        productive_from = job.resumed_at if job.resumed_at is not None else job.last_start_time
+        if productive_from is None:
+            return job.attained_service
+        return job.attained_service - len(job.gpus) * max(0.0, now - productive_from)
 
     def sort_key(self, job: JobState, now: float) -> tuple[int, bool, float, float, int]:
-        """(queue, waiting, time entered the queue, submit time, seq); ascending is the ranking."""
-        queue, entered = self.queue_of(job, now)
-        return (queue, not job.is_running, entered, job.submit_time, job.seq)
+        """(queue, not (running and ran in this queue), time entered the queue, submit time, seq);
+        ascending is the ranking."""
+        queue, entered, settled = self._place_in_queues(job, now)
+        return (queue, not settled, entered, job.submit_time, job.seq)
 
     def key_stable_until(self, job: JobState, now: float) -> float:
         """A waiting job's key changes only when its starvation promotion comes due."""

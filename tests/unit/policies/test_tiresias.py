@@ -53,6 +53,36 @@ CASES: list[tuple[str, dict[str, object], list[JobState], float, list[str]]] = [
         ["running", "waiting"],
     ),
     (
+        "a job demoted during its run goes behind the jobs waiting in its new queue",
+        {},
+        [
+            job("demoted", submit=10.0, on=(0,), service=3700.0, executed=3700.0, started=5000.0),
+            job("waiting", submit=0.0, service=4000.0, executed=4000.0, queued_since=4500.0, preempted=4500.0),
+        ],
+        5200.0,  # the run began at 3500 GPU-s, below the 3600 threshold
+        ["waiting", "demoted"],
+    ),
+    (
+        "a job that began its run in its queue stays ahead of the jobs waiting there",
+        {},
+        [
+            job("settled", submit=10.0, on=(0,), service=3900.0, executed=3900.0, started=5000.0),
+            job("waiting", submit=0.0, service=4000.0, executed=4000.0, queued_since=4500.0, preempted=4500.0),
+        ],
+        5200.0,  # the run began at 3700 GPU-s
+        ["settled", "waiting"],
+    ),
+    (
+        "a run that began exactly on the threshold ran in the lower queue",
+        {},
+        [
+            job("settled", submit=10.0, on=(0, 1), gpus=2, service=4000.0, executed=2000.0, started=5000.0),
+            job("waiting", submit=0.0, service=4000.0, executed=4000.0, queued_since=4500.0, preempted=4500.0),
+        ],
+        5200.0,  # 4000 - 2 GPUs x 200 s = 3600
+        ["settled", "waiting"],
+    ),
+    (
         "a waiting job of a higher queue goes before a running job of a lower one",
         {},
         [job("long", on=(0,), service=5000.0, executed=5000.0, started=0.0), job("new", submit=4000.0)],
