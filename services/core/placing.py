@@ -4,9 +4,12 @@ Blox's placement (its ``placement/placement.py``) walks the ranked jobs in order
 keeps its GPUs; a waiting job takes free GPUs if its placement rule finds some, and otherwise
 suspends running jobs from the *bottom* of the ranking, one at a time, until it fits; the first job
 that cannot be placed ends the round. ``place_in_order`` implements that walk once, so a placement
-policy only supplies its ``fit`` rule (which free GPUs a job of ``need`` GPUs should take). Two
+policy only supplies its ``fit`` rule (which free GPUs a job of ``need`` GPUs should take). Three
 corrections over Blox: victims suspended for a job that still does not fit are given back (Blox
-leaves them suspended), and victims whose GPUs the job did not use keep running.
+leaves them suspended); once it fits, every victim but the last that it also fits without keeps
+running, highest-ranked first (else the fit may take a low victim's GPUs while a higher victim's
+stay free for a job ranked below both: two suspended where one was needed); and victims whose
+GPUs the job did not use keep running.
 
 Cost: the walk reads ``Ranking.order`` lazily and stops as soon as nothing further can change (no
 free GPU left and every running job seen, or the first blocked job in strict mode), so a round
@@ -514,6 +517,7 @@ class _Victims:
         for index in chosen:
             free.give(jobs[ids[index]].gpus)
             suspended[ids[index]] = None
+        self._spare(job, need, on_node, chosen)
         fitter = self.fitter
         gpus = fitter.fit(job, need, free, fitter.cluster)  # the promise says it fits now
         if gpus is None:
@@ -523,6 +527,30 @@ class _Victims:
             )
         free.take(gpus)
         return gpus, self._keep_unused(chosen)
+
+    def _spare(self, job: JobState, need: int, on_node: int, chosen: list[int]) -> None:
+        """Let the suspended victims the job fits without keep running, highest-ranked first.
+
+        ``chosen`` (ascending indices, all suspended, the job fits with their GPUs) loses the victims
+        spared. The last one is never spared: the job did not fit before it was suspended. Without
+        this, the fit may take a low victim's GPUs and leave a higher one's free: the low victim
+        stays suspended and its GPUs go to a job ranked below it (two suspended for one needed).
+        """
+        if len(chosen) < 2:
+            return
+        free = self.free
+        jobs = self._jobs
+        ids = self._ids
+        suspended = self.suspended
+        fitter = self.fitter
+        for position in range(len(chosen) - 2, -1, -1):
+            victim = jobs[ids[chosen[position]]]
+            free.take(victim.gpus)
+            if fitter(job, need, on_node) is None:
+                free.give(victim.gpus)
+            else:
+                del suspended[victim.job_id]
+                del chosen[position]
 
     def _keep_unused(self, chosen: list[int]) -> int:
         """Give back the victims (highest-ranked first) whose GPUs all stayed free."""
@@ -565,6 +593,12 @@ class _Victims:
                 free.take(jobs[ids[index]].gpus)
                 del suspended[ids[index]]
             return None, 0
+        if len(taken) > 1:
+            before = len(taken)
+            self._spare(job, need, on_node, taken)
+            if len(taken) < before:
+                gpus = self.fitter(job, need, on_node)
+                assert gpus is not None  # it fitted with exactly these GPUs free
         free.take(gpus)
         return gpus, self._keep_unused(taken)
 

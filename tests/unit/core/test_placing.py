@@ -178,6 +178,18 @@ def reference_place(
                 remaining += len(taken)
                 low = low_before
             else:
+                for index in reversed(taken[:-1]):  # spare what it fits without, highest-ranked first
+                    victim = jobs[running[index]]
+                    walk.take(victim.gpus)
+                    if try_fit(job, need) is None:
+                        walk.give(victim.gpus)
+                    else:
+                        del suspended[victim.job_id]
+                        remaining += 1
+                        low = max(low, index + 1)
+                        taken.remove(index)
+                gpus = try_fit(job, need)
+                assert gpus is not None
                 walk.take(gpus)
                 launch[job_id] = gpus
                 for index in reversed(taken):  # highest-ranked victim first
@@ -258,12 +270,24 @@ def _two_pointer(
                     _restore(walk, jobs[victim_id], suspended)
                     returned.append(victim_id)
             else:
+                # The victims it also fits without keep running (highest-ranked first, the last
+                # one suspended excepted); they go back on the stack in their order.
+                for victim_id in reversed(taken[:-1]):
+                    victim = jobs[victim_id]
+                    walk.take(victim.gpus)
+                    if try_fit(job, job.spec.gpus) is None:
+                        walk.give(victim.gpus)
+                    else:
+                        del suspended[victim_id]
+                gpus = try_fit(job, job.spec.gpus)
+                assert gpus is not None
                 walk.take(gpus)
                 launch[job_id] = gpus
                 for victim_id in reversed(taken):  # highest-ranked victim first
                     victim = jobs[victim_id]
-                    if walk.all_free(victim.gpus):  # its GPUs were not needed after all
+                    if victim_id in suspended and walk.all_free(victim.gpus):  # GPUs not needed after all
                         _restore(walk, victim, suspended)
+                    if victim_id not in suspended:
                         returned.append(victim_id)
                 continue
         if gpus is None:
@@ -504,3 +528,26 @@ def test_a_broken_single_node_promise_is_reported() -> None:
     assert placement.plan.suspend == ()
     assert dict(placement.plan.launch) == {}
 
+
+
+@pytest.mark.parametrize("rule", list(_rules())[:3], ids=lambda r: r[0])
+def test_a_victim_the_job_fits_without_keeps_running(rule: tuple[str, Fit, SingleNode | None]) -> None:
+    # One 12-GPU node, full: "high" (8 GPUs, 4-11) ranks above "low" (4 GPUs, 0-3). "new" (8 GPUs)
+    # ranks above both and does not fit until both are suspended (4 free, then 12). Fits take the
+    # lowest free GPUs, 0-7, which would leave 8-11 free for "last", ranked below "low": two jobs
+    # suspended where one was needed. "low" is spared: "new" fits in 4-11 alone.
+    _, fit, single_node = rule
+    cluster = ClusterState([Node("n0", tuple(range(12)))], [Gpu(g, "n0", g) for g in range(12)])
+    high = job("high", gpus=8, on=range(4, 12), seq=1)
+    low = job("low", gpus=4, on=range(4), seq=2)
+    cluster.assign("high", high.gpus)
+    cluster.assign("low", low.gpus)
+    jobs = {j.job_id: j for j in (job("new", gpus=8, seq=0), high, low, job("last", gpus=4, seq=3))}
+    ranking = Ranking(order=("new", "high", "low", "last"), preempt=True)
+
+    placement = place_in_order(ranking, jobs, cluster, fit, single_node=single_node)
+
+    assert placement.plan is not None
+    assert placement.plan.suspend == ("high",)
+    assert {j: tuple(sorted(g)) for j, g in placement.plan.launch.items()} == {"new": tuple(range(4, 12))}
+    assert reference_place(ranking, jobs, cluster, fit) == (dict(placement.plan.launch), ("high",))
