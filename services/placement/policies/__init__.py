@@ -12,3 +12,4 @@ from services.placement.policies import lrtp as lrtp
 from services.placement.policies import preempting as preempting
 from services.placement.policies import rand as rand
 from services.placement.policies import tiresias_skew as tiresias_skew
+from services.placement.policies import yarn as yarn

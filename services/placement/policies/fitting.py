@@ -26,7 +26,8 @@ class FittingPolicy:
     name: ClassVar[str]
     keeps_running: ClassVar[bool] = True
     fit: Fit
-    single_node: SingleNode
+    single_node: SingleNode | None
+    """The fit's promise (``services.core.placing.SingleNode``), or None if it makes none."""
 
     def __init__(self, *, backfill: bool = False) -> None:
         self.backfill = backfill

@@ -23,6 +23,7 @@ from services.placement.policies.bandwidth_aware import BandwidthAwarePlacement
 from services.placement.policies.consolidated import consolidated_fit, consolidated_single_node
 from services.placement.policies.first_free import first_free_fit, first_free_single_node
 from services.placement.policies.tiresias_skew import TiresiasSkewPlacement, spread
+from services.placement.policies.yarn import yarn_fit
 from services.scheduler.policies.fifo import Fifo
 from services.scheduler.policies.las import Las
 from tests.unit.policies.builders import job
@@ -389,6 +390,7 @@ def _rules() -> Iterator[tuple[str, Fit, SingleNode | None]]:
     yield "consolidated", consolidated_fit, consolidated_single_node
     yield "first-free", first_free_fit, first_free_single_node
     yield "consolidated-no-promise", consolidated_fit, None
+    yield "yarn", yarn_fit, None
     skew = TiresiasSkewPlacement()
     yield "tiresias-skew", *_skew_rule(skew)
     bandwidth = BandwidthAwarePlacement()
