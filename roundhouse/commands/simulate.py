@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from roundhouse.sim.case import GPU_COUNT_CHOICES, WORKLOADS, Case
 from roundhouse.sim.cluster import ClusterSpecError, parse_shape
 from roundhouse.sim.engine import SimulationError
+from roundhouse.sim.per_job import write_jobs_csv
 from roundhouse.sim.report import format_table
 from roundhouse.sim.synthetic import FITGPP_ARRIVALS
 from roundhouse.sim.traces import FORMATS
@@ -125,6 +126,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     output = parser.add_argument_group("output")
     output.add_argument("--json", type=Path, dest="json_path", help="write the metrics as JSON")
     output.add_argument("--plot", type=Path, help="draw JCT and responsiveness CDFs into this PNG")
+    output.add_argument("--jobs-csv", type=Path, dest="jobs_csv",
+                        help="write one row per measured, finished job (a sweep's cases in one file)")
     output.add_argument("--workers", type=int, help="parallel processes for a sweep (default: CPU count)")
     output.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run_command)
@@ -202,7 +205,12 @@ def run_command(args: argparse.Namespace) -> int:
 
     try:
         cases = build_cases(args)
-        results = run_cases(cases, workers=args.workers, progress=not args.no_progress and sys.stderr.isatty())
+        results = run_cases(
+            cases,
+            workers=args.workers,
+            progress=not args.no_progress and sys.stderr.isatty(),
+            record_jobs=args.jobs_csv is not None,
+        )
     except (UnknownPolicyError, WorkloadError, ClusterSpecError, SimulationError, ValueError) as exc:
         print(f"roundhouse simulate: {exc}", file=sys.stderr)
         return 2
@@ -217,6 +225,9 @@ def run_command(args: argparse.Namespace) -> int:
             results[0].report if len(results) == 1 else {"cases": [result.report for result in results]}
         )
         args.json_path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if args.jobs_csv is not None:
+        per_case = [(case.labels(), result.jobs) for case, result in zip(cases, results, strict=True)]
+        write_jobs_csv(args.jobs_csv, per_case)
     if args.plot is not None:
         labelled = [(" ".join(case.labels().values()), result) for case, result in zip(cases, results, strict=True)]
         try:

@@ -11,6 +11,7 @@ from typing import Any
 from roundhouse.sim.cluster import ClusterSpecError, read_tiresias_spec, uniform_cluster
 from roundhouse.sim.costs import CostModel
 from roundhouse.sim.engine import SimConfig, Simulator
+from roundhouse.sim.per_job import JobRecord, job_records
 from roundhouse.sim.report import summarize
 from roundhouse.sim.synthetic import FitGppSynthetic, GpuCounts, PhillySynthetic
 from roundhouse.sim.traces import read_trace
@@ -134,10 +135,12 @@ class CaseResult:
     report: dict[str, Any]
     jct_s: list[float]
     responsiveness_s: list[float]
+    jobs: tuple[JobRecord, ...] = ()
+    """Per measured, finished job, by job index (only when ``run_case`` was asked to record them)."""
 
 
-def run_case(case: Case, *, progress: bool = False) -> CaseResult:
-    """Build everything ``case`` names, run it, and summarize."""
+def run_case(case: Case, *, progress: bool = False, record_jobs: bool = False) -> CaseResult:
+    """Build everything ``case`` names, run it, and summarize (and keep per-job records if asked)."""
     cluster = build_cluster(case)
     workload = build_workload(case, cluster)
     config = SimConfig(
@@ -150,6 +153,7 @@ def run_case(case: Case, *, progress: bool = False) -> CaseResult:
         debug=case.debug,
         progress=progress,
         fast_paths=case.fast_paths,
+        record_jobs=record_jobs,
     )
     scheduling = SCHEDULING.create(case.scheduler, **case.scheduler_options)
     simulator = Simulator(
@@ -169,7 +173,12 @@ def run_case(case: Case, *, progress: bool = False) -> CaseResult:
     recorded["round_on"] = list(case.round_on)
     report = summarize(outcome, wall_s=wall, config=recorded)
     report["round_triggers"] = trigger_names(scheduling.triggers | config.extra_triggers)
-    return CaseResult(report=report, jct_s=sorted(outcome.jct), responsiveness_s=sorted(outcome.responsiveness))
+    return CaseResult(
+        report=report,
+        jct_s=sorted(outcome.jct),
+        responsiveness_s=sorted(outcome.responsiveness),
+        jobs=job_records(outcome) if record_jobs else (),
+    )
 
 
 __all__ = ["Case", "CaseResult", "ClusterSpecError", "build_cluster", "build_workload", "run_case"]

@@ -87,6 +87,9 @@ class SimConfig:
     fast_paths: bool = True
     """Use the policies' optional fast-path hooks (incremental order, round skipping). False runs
     every round through plain ``rank()``: the same results, slower (a baseline for benchmarks)."""
+    record_jobs: bool = False
+    """Keep each measured job's index, submit and first-start times and GPUs (``Outcome.job_index``
+    ...), for per-job output; off by default: ~32 bytes per job that summaries do not need."""
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -106,6 +109,12 @@ class Outcome:
     preemptions: array[int] = field(default_factory=lambda: array("q"))
     lost_gpu_s: array[float] = field(default_factory=lambda: array("d"))
     job_class: list[str] = field(default_factory=list)
+    job_index: array[int] = field(default_factory=lambda: array("q"))
+    """With ``SimConfig.record_jobs`` (else empty): each measured job's trace index, submit time,
+    first start (its finish if it never started) and requested GPUs, in the same order as ``jct``."""
+    submit: array[float] = field(default_factory=lambda: array("d"))
+    first_start: array[float] = field(default_factory=lambda: array("d"))
+    gpus: array[int] = field(default_factory=lambda: array("q"))
     first_submit: float = INF
     last_finish: float = 0.0
     measured_total: int = 0
@@ -348,6 +357,11 @@ class Simulator:
             out.preemptions.append(job.preemptions)
             out.lost_gpu_s.append(job.lost_gpu_s)
             out.job_class.append(job.trace.job_class.value if job.trace is not None else job.spec.job_class.value)
+            if self.config.record_jobs:
+                out.job_index.append(job.trace.index if job.trace is not None else job.seq)
+                out.submit.append(job.submit_time)
+                out.first_start.append(first)
+                out.gpus.append(job.gpus_requested)
             if job.loss_log is not None:
                 self._record_loss(job)
             out.last_finish = max(out.last_finish, t)
