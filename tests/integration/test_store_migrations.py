@@ -153,6 +153,29 @@ async def test_stores_opening_an_old_database_together_upgrade_it_once(old_db: O
             await store.close()
 
 
+async def test_an_old_file_locked_by_another_process_is_opened_once_the_lock_is_gone(tmp_path: Path) -> None:
+    """The file is still in rollback-journal mode and another process holds its write lock (as one
+    upgrading it would): switching to WAL fails at once, without SQLite's busy wait, so ``open``
+    retries until the holder commits (the flaky failure of the test above: 'database is locked')."""
+    path = tmp_path / "data" / DB_FILENAME
+    _sqlite_v1(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("UPDATE jobs SET iterations_done = 41 WHERE job_id = 'suspended'")
+    opening = asyncio.create_task(Store.open(tmp_path / "data"))
+    await asyncio.sleep(0.3)
+    assert not opening.done()  # waiting for the lock, not failed
+    holder.execute("COMMIT")
+    holder.close()
+    store = await asyncio.wait_for(opening, timeout=5)
+    try:
+        record = await store.get_job("suspended")
+        assert record is not None
+        assert (record.iterations_done, record.checkpoint_iteration) == (41, 41)
+    finally:
+        await store.close()
+
+
 async def test_a_database_from_a_newer_version_is_still_refused(tmp_path: Path) -> None:
     store = await Store.open(tmp_path)
     await store.set_meta("schema_version", str(SCHEMA_VERSION + 1))

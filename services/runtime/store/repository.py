@@ -16,6 +16,7 @@ from types import TracebackType
 
 from sqlalchemy import Select, insert, select, text, update
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from services.core.state import JobStatus
@@ -94,7 +95,7 @@ class Store:
             raise StoreConfigError(f"schema name {schema!r} must be lower-case letters, digits and _")
         engine = create_engine(url, config, schema=schema)
         try:
-            await _prepare_schema(engine, url, schema)
+            await _prepare_schema_when_unlocked(engine, url, schema, config.busy_timeout_s)
         except BaseException:
             await engine.dispose()
             raise
@@ -286,6 +287,30 @@ class Store:
 _STARTUP_LOCK = 0x52_48_53_54_4F_52_45
 """PostgreSQL advisory lock key held while creating tables, so replicas starting together do not
 race on CREATE TABLE."""
+
+
+async def _prepare_schema_when_unlocked(engine: AsyncEngine, url: URL, schema: str | None, timeout_s: float) -> None:
+    """``_prepare_schema``, retried for up to ``timeout_s`` while SQLite says the file is locked.
+
+    A connection's first statement switches a file still in rollback-journal mode (new, or written
+    by an older tool) to WAL, and SQLite fails that at once, without waiting on ``busy_timeout``,
+    while another process holds the file's write lock, e.g. a second service upgrading it as both
+    start. The failed attempt changed nothing; once the holder commits the file is in WAL mode and
+    the retry goes through.
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.01
+    while True:
+        try:
+            await _prepare_schema(engine, url, schema)
+            return
+        except OperationalError as exc:
+            if engine.dialect.name != "sqlite" or "database is locked" not in str(exc):
+                raise
+            if time.monotonic() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.25)
 
 
 async def _prepare_schema(engine: AsyncEngine, url: URL, schema: str | None) -> None:
