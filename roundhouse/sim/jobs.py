@@ -133,6 +133,16 @@ class SimJobState(JobState):
         pass  # derived from the run's progress line
 
     @property
+    def run_start_service(self) -> float | None:
+        """Attained service when the current run began (None unless running): the frozen value
+        its progress line starts from."""
+        return self._service0 if self.status is _RUNNING else None
+
+    @run_start_service.setter
+    def run_start_service(self, value: float | None) -> None:
+        pass  # derived from the run's progress line
+
+    @property
     def loss(self) -> float | None:
         """The curve at the current progress (exact at ``clock.now``); None without a curve or
         before the first launch."""

@@ -77,6 +77,10 @@ class JobState:
     longest_wait_s: float = 0.0
     """Longest completed continuous wait so far; with ``queued_since`` a policy can tell how long a
     job has been starved (Blox's LAS promotes jobs that waited too long)."""
+    run_start_service: float | None = None
+    """``attained_service`` when the current run began, from the owner's own accounting (None unless
+    running, or if the owner cannot tell): what the job has earned in this run is the difference
+    (Tiresias: the queue the run began in)."""
 
     @property
     def job_class(self) -> JobClass:

@@ -234,9 +234,9 @@ class JobBook:
     def refresh(
         self, now: float, topology: Topology, *, restore_allowance_s: float = DEFAULT_RESTORE_ALLOWANCE_S
     ) -> None:
-        """Bring running jobs' attained service, global GPU ids and ``resumed_at`` (their first
-        progress, or ``restore_allowance_s`` after the launch if none was seen by then) up to
-        ``now`` for a snapshot."""
+        """Bring running jobs' attained service (and the service their run began with), global GPU
+        ids and ``resumed_at`` (their first progress, or ``restore_allowance_s`` after the launch if
+        none was seen by then) up to ``now`` for a snapshot."""
         for lease in self.leases.values():
             if lease.state is not LeaseState.GRANTED:
                 continue
@@ -247,6 +247,7 @@ class JobBook:
             start = state.last_start_time if state.last_start_time is not None else now
             dt = max(0.0, now - start)
             state.attained_service = entry.service0 + lease.gpu_count * dt
+            state.run_start_service = entry.service0
             state.executed_time = entry.executed0 + dt
             state.resumed_at = resumed_at(start, lease.progress_at, restore_allowance_s)
             try:
@@ -529,6 +530,7 @@ class JobBook:
                 entry.lease = None
                 entry.released_lease_id = lease.lease_id
                 entry.state.resumed_at = None
+                entry.state.run_start_service = None
 
         change.then(effect)
 

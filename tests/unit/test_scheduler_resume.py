@@ -195,3 +195,14 @@ def test_progress_at(lease_id: str, iteration: int, ts: float, expected: float |
 )
 def test_resumed_at_is_the_first_progress_bounded_by_the_allowance(progress: float | None, expected: float) -> None:
     assert resumed_at(LAUNCH, progress, ALLOWANCE) == expected
+
+
+def test_the_snapshot_carries_the_service_the_run_began_with() -> None:
+    """``run_start_service``: the first run (L1, 10..500 s on one GPU) left 490 GPU-s; L2 began with
+    them, whatever it has earned since; a released run has none."""
+    book, _, _ = book_with_resumed_job()
+    book.refresh(LAUNCH + 100.0, topology())
+    state = book.jobs["j"].state
+    assert (state.run_start_service, state.attained_service) == (490.0, 590.0)
+    commit(book.release("L2", LAUNCH + 200.0, checkpoint="/c/j2", iterations=CHECKPOINT_ITERATION + 10))
+    assert state.run_start_service is None

@@ -128,13 +128,14 @@ class TiresiasPolicy:
 
     @staticmethod
     def _service_at_run_start(job: JobState, now: float) -> float:
-        """A running job's attained service when its current run began making progress.
+        """A running job's attained service when its current run began.
 
-        Service grows by its GPU count per second from ``resumed_at`` (the simulator's and the
-        scheduler's accounting; the scheduler counts from ``last_start_time`` and reports
-        ``resumed_at`` later, so there the value can be high by the restore time x GPUs: a job that
-        crossed a threshold in its restore window counts as already in its queue).
+        The owner's ``run_start_service`` when it gives one (the simulator and the scheduler do);
+        otherwise rebuilt as service now minus GPUs x the run's productive time so far (from
+        ``resumed_at``, else ``last_start_time``).
         """
+        if job.run_start_service is not None:
+            return job.run_start_service
         productive_from = job.resumed_at if job.resumed_at is not None else job.last_start_time
         if productive_from is None:
             return job.attained_service

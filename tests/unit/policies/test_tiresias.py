@@ -195,3 +195,17 @@ def test_key_stable_until_announces_the_promotion() -> None:
 def test_rejects_bad_options(options: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="must be"):
         TiresiasPolicy(**options)  # type: ignore[arg-type]
+
+
+def test_the_owners_run_start_service_decides_where_the_run_began() -> None:
+    # Rebuilt from the snapshot (no resumed_at), the run began at 3700 - 200 = 3500 GPU-s, below the
+    # 3600 threshold; the owner says it began at 3650 (e.g. it counts service from the first
+    # progress, after a restore): the job ran in the lower queue, so it stays ahead of "waiting".
+    demoted = job("running", submit=10.0, on=(0,), service=3700.0, executed=3700.0, started=5000.0)
+    waiting = job("waiting", submit=0.0, service=4000.0, executed=4000.0, queued_since=4500.0, preempted=4500.0)
+    policy = TiresiasPolicy()
+    jobs = jobs_of(demoted, waiting)
+    state = cluster(2, 4, running=[demoted])
+    assert list(policy.rank(jobs, state, 5200.0).order) == ["waiting", "running"]
+    demoted.run_start_service = 3650.0
+    assert list(policy.rank(jobs, state, 5200.0).order) == ["running", "waiting"]

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from roundhouse.sim.costs import CostModel
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.jobs import SimClock, SimJobState, spec_for
-from roundhouse.sim.synthetic import FitGppSynthetic
+from roundhouse.sim.synthetic import FitGppSynthetic, GpuCounts, PhillySynthetic
 from roundhouse.sim.workload import TraceJob
 from schemas.job import JobClass
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
-from services.core.state import ClusterState, JobStatus
+from services.core.decisions import Ranking
+from services.core.state import ClusterState, JobState, JobStatus
 
 
 def _state(trace: TraceJob) -> SimJobState:
@@ -71,3 +74,43 @@ def test_spec_carries_cpu_and_memory_demand_when_the_trace_gives_them() -> None:
 def test_a_non_positive_cpu_or_memory_demand_is_refused(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         TraceJob(index=3, arrival_s=0.0, gpus=1, duration_s=10.0, **{field: 0.0})
+
+
+class _Recording:
+    """LAS, recording what each round's snapshot says of every job's current run."""
+
+    name = "las"
+
+    def __init__(self) -> None:
+        self.inner = SCHEDULING.create("las")
+        self.triggers = self.inner.triggers
+        self.seen: list[tuple[bool, float | None, float, float | None, int, float]] = []
+
+    def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
+        for job in jobs.values():
+            self.seen.append((job.is_running, job.run_start_service, job.attained_service, job.resumed_at,
+                              len(job.gpus), now))
+        ranking: Ranking = self.inner.rank(jobs, cluster, now)
+        return ranking
+
+
+def test_a_running_job_reports_the_service_its_run_began_with() -> None:
+    # LAS on 4 GPUs with Gavel's GPU mix preempts and resumes jobs; every snapshot of a running job
+    # must satisfy service now = service at the run's start + GPUs x productive time of this run.
+    policy = _Recording()
+    sim = Simulator(
+        PhillySynthetic(jobs_per_hour=6.0, seed=2, gpu_counts=GpuCounts.gavel(), num_jobs=40),
+        ClusterState.uniform(1, 4), admission=ADMISSION.create("accept-all"), scheduling=policy,
+        placement=PLACEMENT.create("consolidated"), config=SimConfig(fast_paths=False),
+    )
+    assert sim.run().all_preemptions > 0
+    running = [s for s in policy.seen if s[0]]
+    assert running
+    assert all(s[1] is None for s in policy.seen if not s[0])
+    resumed = 0
+    for _, start_service, service, resumed_at, gpus, now in running:
+        assert start_service is not None
+        assert resumed_at is not None
+        assert service == pytest.approx(start_service + gpus * max(0.0, now - resumed_at))
+        resumed += start_service > 0
+    assert resumed > 0  # runs that resumed with service earned before
