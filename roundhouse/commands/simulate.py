@@ -98,6 +98,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "keep --load under a reference FIFO run (FitGpp Appendix A; docs/simulator.md)")
     source.add_argument("--gpus", choices=GPU_COUNT_CHOICES, default="1",
                         help="philly-synthetic GPUs per job: 1, Gavel's mix, or the Philly trace's counts")
+    source.add_argument("--max-gpus", type=int, dest="max_gpus", metavar="N",
+                        help="philly-synthetic: every job elastic up to N GPUs (Optimus and Gandiva's "
+                             "grow-shrink may give it more than it asks for); default rigid")
     source.add_argument("--num-jobs", type=int, help="stop generating (or reading) after N jobs")
     source.add_argument("--seed", type=_list(int), default=[0], metavar="SEED[,SEED...]")
     cluster = parser.add_argument_group("cluster")
@@ -164,6 +167,7 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
         cluster=args.cluster,
         cluster_spec=str(args.cluster_spec) if args.cluster_spec is not None else None,
         gpus=args.gpus,
+        max_gpus=args.max_gpus,
         arrivals=args.arrivals,
         num_jobs=args.num_jobs,
         round_s=args.round_s,

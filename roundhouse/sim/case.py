@@ -44,6 +44,8 @@ class Case:
     """fitgpp-synthetic: ``offered`` (Poisson at the offered load) or ``fifo`` (load kept under FIFO)."""
     num_jobs: int | None = None
     gpus: str = "1"
+    max_gpus: int | None = None
+    """philly-synthetic: every job elastic up to this many GPUs (None: rigid)."""
     seed: int = 0
     round_s: float = 300.0
     track: tuple[int, int] | None = None
@@ -80,6 +82,10 @@ def build_cluster(case: Case) -> ClusterState:
 
 
 def build_workload(case: Case, cluster: ClusterState) -> Iterable[TraceJob]:
+    if case.max_gpus is not None and (case.trace is not None or case.workload != "philly-synthetic"):
+        raise WorkloadError(
+            "--max-gpus applies to philly-synthetic only (a roundhouse CSV trace gives each job's max_gpus)"
+        )
     if case.trace is not None:
         if case.format is None:
             raise WorkloadError("--trace needs --format (tiresias, pollux, philly or roundhouse)")
@@ -99,7 +105,11 @@ def build_workload(case: Case, cluster: ClusterState) -> Iterable[TraceJob]:
         if case.num_jobs is None and case.track is None:
             raise WorkloadError("philly-synthetic is an endless stream: give --track START:END or --num-jobs N")
         return PhillySynthetic(
-            jobs_per_hour=case.jobs_per_hour, seed=case.seed, gpu_counts=gpu_counts, num_jobs=case.num_jobs
+            jobs_per_hour=case.jobs_per_hour,
+            seed=case.seed,
+            gpu_counts=gpu_counts,
+            num_jobs=case.num_jobs,
+            elastic_max_gpus=case.max_gpus,
         )
     if case.workload == "fitgpp-synthetic":
         return FitGppSynthetic(

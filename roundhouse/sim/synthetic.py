@@ -96,7 +96,11 @@ class PhillySynthetic:
       ``60 * 10**U(1.5, 3)`` s, else ``60 * 10**U(3, 4)`` s;
     * GPUs: 1 per job (Blox's default), or drawn from the Philly trace's GPU counts, or Gavel's
       {1, 2, 4, 8} distribution;
-    * model: uniform over Blox Table 2; class: BE; user: ``default``.
+    * model: uniform over Blox Table 2; class: BE; user: ``default``;
+    * rigid, unless ``elastic_max_gpus`` is set: then every job may use up to that many GPUs (its
+      ``max_gpus``; a job that asks for more stays rigid), which Optimus' marginal-gain extras and
+      Gandiva's grow-shrink use (Blox's Optimus hands free GPUs to every job). Draws nothing: the
+      same seed gives the same jobs either way.
 
     Infinite unless ``num_jobs`` is set: the simulator stops once the tracked jobs are done.
     """
@@ -105,10 +109,13 @@ class PhillySynthetic:
     seed: int = 0
     gpu_counts: GpuCounts | None = None
     num_jobs: int | None = None
+    elastic_max_gpus: int | None = None
 
     def __post_init__(self) -> None:
         if not self.jobs_per_hour > 0:
             raise WorkloadError(f"jobs per hour must be positive, got {self.jobs_per_hour}")
+        if self.elastic_max_gpus is not None and self.elastic_max_gpus < 1:
+            raise WorkloadError(f"elastic jobs need at most >= 1 GPU, got {self.elastic_max_gpus}")
 
     def __iter__(self) -> Iterator[TraceJob]:
         arrivals = stream(self.seed, "arrivals")
@@ -119,15 +126,18 @@ class PhillySynthetic:
         rate = self.jobs_per_hour
         now = 0.0
         indexes = count() if self.num_jobs is None else iter(range(self.num_jobs))
+        elastic = self.elastic_max_gpus
         for index in indexes:
             now += poisson_gap_s(arrivals, rate)
             duration = philly_duration_s(durations)
+            gpus = counts.sample(gpus_rng)
             yield TraceJob(
                 index=index,
                 arrival_s=now,
-                gpus=counts.sample(gpus_rng),
+                gpus=gpus,
                 duration_s=duration,
                 model=models.choice(BLOX_MODELS),
+                max_gpus=elastic if elastic is not None and elastic > gpus else None,
             )
 
 

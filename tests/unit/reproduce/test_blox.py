@@ -169,12 +169,19 @@ def test_blox_policies_quick() -> None:
             "high_load_jct_tiresias_vs_fifo",
             "high_load_jct_tiresias_vs_optimus",
             "low_load_jct_optimus_vs_fifo",
+            "low_load_jct_optimus_vs_fifo_elastic",
         },
     )
     assert all(metric["paper"] is None for metric in data["metrics"].values())
     table = data["details"]["table"]
     assert set(table) == {"2", "9"}
     assert all(set(row) == {"fifo", "tiresias", "optimus"} for row in table.values())
+    # At low load, rigid one-GPU jobs leave nothing to choose (all tie); elastic jobs let Optimus hand
+    # a job a node's GPUs (4 on the quick run's 8x4), so it finishes well before FIFO's.
+    assert data["metrics"]["low_load_jct_optimus_vs_fifo"]["ours"] == pytest.approx(1.0, abs=0.01)
+    assert data["details"]["elastic_max_gpus"] == 4
+    assert set(data["details"]["elastic_table"]) == {"2"}
+    assert data["metrics"]["low_load_jct_optimus_vs_fifo_elastic"]["ours"] < 0.6
     # Fig. 7's clearest claim holds even on the quick run: at high load FIFO's responsiveness is far
     # worse than Tiresias' (new jobs wait behind the whole queue)
     assert data["metrics"]["high_load_responsiveness_tiresias_vs_fifo"]["ours"] < 0.5

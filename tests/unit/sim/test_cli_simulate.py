@@ -205,3 +205,16 @@ def test_jobs_csv_of_a_sweep_labels_each_case(tmp_path: Path) -> None:
     assert [len(v) for v in by_case.values()] == [41, 41]
     # The same jobs arrive at the same times in both cases; only the policy differs.
     assert [r["arrival_s"] for r in by_case["fifo"]] == [r["arrival_s"] for r in by_case["las"]]
+
+
+def test_max_gpus_makes_philly_jobs_elastic_and_only_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rigid = _run(tmp_path, "rigid.json", "--scheduler", "optimus", "--free-preemption")
+    elastic = _run(tmp_path, "elastic.json", "--scheduler", "optimus", "--free-preemption", "--max-gpus", "4")
+    # 0.5 jobs/h on 16 GPUs: an idle cluster, where Optimus gives each job a whole node
+    assert float(elastic["avg_jct_s"]) < 0.6 * float(rigid["avg_jct_s"])  # type: ignore[arg-type]
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,gpus,duration_s\n0,1,60\n", encoding="utf-8")
+    assert main(["simulate", "--trace", str(trace), "--format", "roundhouse", "--max-gpus", "4", "--no-progress"]) == 2
+    assert "--max-gpus applies to philly-synthetic only" in capsys.readouterr().err

@@ -49,6 +49,22 @@ def test_streams_are_independent() -> None:
     assert stream(1, "a").random() == stream(1, "a").random()
 
 
+def test_elastic_philly_jobs_are_the_same_jobs_with_a_gpu_ceiling() -> None:
+    rigid = list(itertools.islice(PhillySynthetic(jobs_per_hour=5.0, seed=3, gpu_counts=GpuCounts.gavel()), 300))
+    elastic = list(
+        itertools.islice(
+            PhillySynthetic(jobs_per_hour=5.0, seed=3, gpu_counts=GpuCounts.gavel(), elastic_max_gpus=4), 300
+        )
+    )
+    same = [(j.arrival_s, j.gpus, j.duration_s, j.model) for j in rigid]
+    assert [(j.arrival_s, j.gpus, j.duration_s, j.model) for j in elastic] == same
+    assert all(j.max_gpus is None for j in rigid)
+    # Up to 4 GPUs for the jobs that ask for fewer; an 8-GPU job stays rigid.
+    assert {(j.gpus, j.max_gpus) for j in elastic} == {(1, 4), (2, 4), (4, None), (8, None)}
+    with pytest.raises(WorkloadError, match="at most >= 1 GPU"):
+        PhillySynthetic(jobs_per_hour=5.0, elastic_max_gpus=0)
+
+
 def test_gavel_gpu_counts() -> None:
     counts = GpuCounts.gavel()
     rng = stream(0, "test")
