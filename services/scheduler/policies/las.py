@@ -17,7 +17,6 @@ key changes only through its attained service, which ``key_parts`` declares.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -25,11 +24,14 @@ from services.core.decisions import Ranking
 from services.core.protocols import Trigger
 from services.core.registry import SCHEDULING
 from services.core.state import ClusterState, JobState, JobStatus
+from services.scheduler.policies.starvation import (
+    BLOX_STARVATION_S,
+    check_starvation_s,
+    starvation_due,
+    starved,
+)
 
 _QUEUED = JobStatus.QUEUED
-
-BLOX_STARVATION_S = 3600.0 * 1000.0
-"""Blox's ``priority_thresh``: a job waiting this long gets priority over all others."""
 
 
 @SCHEDULING.register("las")
@@ -41,16 +43,12 @@ class Las:
     preemptive: ClassVar[bool] = True
 
     def __init__(self, *, starvation_s: float | None = BLOX_STARVATION_S) -> None:
-        if starvation_s is not None and starvation_s <= 0:
-            raise ValueError(f"starvation_s must be positive or None, got {starvation_s}")
+        check_starvation_s(starvation_s)
         self.starvation_s = starvation_s
 
     def promoted(self, job: JobState, now: float) -> bool:
         """Whether ``job`` has ever waited ``starvation_s`` in one stretch (sticky, as in Blox)."""
-        limit = self.starvation_s
-        if limit is None:
-            return False
-        return job.longest_wait_s >= limit or job.current_wait_s(now) >= limit
+        return starved(job, now, self.starvation_s)
 
     def sort_key(self, job: JobState, now: float) -> tuple[Any, ...]:
         # ``promoted`` inlined: this runs for every job that changes state in a simulation. With
@@ -73,13 +71,7 @@ class Las:
         return (0 if promoted else 1,), (job.submit_time, job.seq)
 
     def key_stable_until(self, job: JobState, now: float) -> float:
-        limit = self.starvation_s
-        since = job.queued_since
-        if limit is None or since is None or job.longest_wait_s >= limit:
-            return math.inf
-        if job.status is _QUEUED and now - since >= limit:
-            return math.inf  # promoted already
-        return since + limit
+        return starvation_due(job, now, self.starvation_s)
 
     def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
         key = self.sort_key

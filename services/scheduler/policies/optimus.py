@@ -23,6 +23,11 @@ gain of the ``(w+1)``-th GPU is ``R * (1 - s) * g * (1/w - 1/(w+1))``: long jobs
 most, and every extra GPU is worth less than the one before. When the estimate came from a
 measured iteration time while the job ran on ``w != g`` GPUs, ``R`` is first scaled back to ``g``.
 
+Starvation: Blox's promotion (``services.scheduler.policies.starvation``; Blox's Optimus sorts by
+``job_priority`` first): a job that has waited ``starvation_s`` (default Blox's 1000 h) in one stretch
+ranks ahead of every job that has not, for good. ``None`` disables it (pure Optimus order, which can
+starve long jobs for ever under load).
+
 Ties break by submit time, then ``seq`` (order) and by rank position (extra GPUs). Jobs without an
 estimate rank last in submit order (or raise, with ``on_missing="error"``) and get no extras.
 No ``sort_key`` fast path: the ranking carries ``gpu_targets``, which a bare sort cannot express.
@@ -45,6 +50,7 @@ from services.scheduler.policies.estimates import (
     parse_missing,
     remaining_seconds,
 )
+from services.scheduler.policies.starvation import BLOX_STARVATION_S, check_starvation_s, starved
 
 _UNKNOWN = float("inf")
 
@@ -64,6 +70,8 @@ class OptimusPolicy:
     """An extra GPU is granted only if it cuts the job's remaining time by more than this."""
     on_missing: MissingEstimate = MissingEstimate.LAST
     """What to do with jobs that have no runtime estimate: ``"last"`` or ``"error"``."""
+    starvation_s: float | None = BLOX_STARVATION_S
+    """Promote a job that waited this long in one stretch ahead of all others (None: never)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.serial_fraction < 1.0:
@@ -71,6 +79,7 @@ class OptimusPolicy:
         if self.min_gain_s < 0:
             raise ValueError(f"min_gain_s must be >= 0, got {self.min_gain_s}")
         object.__setattr__(self, "on_missing", parse_missing(self.on_missing))
+        check_starvation_s(self.starvation_s)
 
     def time_factor(self, requested: int, gpus: int) -> float:
         """Run time on ``gpus`` GPUs relative to the run time on the ``requested`` count."""
@@ -94,17 +103,19 @@ class OptimusPolicy:
         return remaining * (self.time_factor(requested, gpus) - self.time_factor(requested, gpus + 1))
 
     def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
-        keyed: list[tuple[float, float, int, str]] = []
+        keyed: list[tuple[int, float, float, int, str]] = []
         remaining: dict[str, float] = {}
+        limit = self.starvation_s
         for job in jobs.values():
             left = self.remaining_at_request(job)
             if left is not None:
                 remaining[job.job_id] = left
-            keyed.append((_UNKNOWN if left is None else left, job.submit_time, job.seq, job.job_id))
+            first = 0 if starved(job, now, limit) else 1
+            keyed.append((first, _UNKNOWN if left is None else left, job.submit_time, job.seq, job.job_id))
         if self.on_missing is MissingEstimate.ERROR and len(remaining) < len(keyed):
-            raise MissingEstimateError(self.name, [k[3] for k in keyed if k[0] == _UNKNOWN])
+            raise MissingEstimateError(self.name, [k[4] for k in keyed if k[1] == _UNKNOWN])
         keyed.sort()
-        order = tuple(k[3] for k in keyed)
+        order = tuple(k[4] for k in keyed)
         return Ranking(order=order, gpu_targets=self._extra_gpus(order, jobs, remaining, cluster.total_gpus))
 
     def _extra_gpus(

@@ -15,14 +15,17 @@ Choices where the papers are silent:
   :class:`~services.scheduler.policies.estimates.MissingEstimateError` naming them.
 * Ties (equal remaining time) break by submit time, then ``seq`` (submission order), so the order is total and
   deterministic. Running and waiting jobs compete alike: SRTF preempts.
+* Starvation: Blox's promotion (``services.scheduler.policies.starvation``; every Blox policy sorts
+  by it first): a job that has waited ``starvation_s`` (default Blox's 1000 h) in one stretch ranks
+  ahead of every job that has not, for good; SRTF order among each group. ``None`` disables it.
 * Triggers: timer and churn, since an arrival or a completion can change who is shortest.
-* Fast path: ``sort_key``/``key_stable_until`` (a waiting job's key never changes), so owners can
-  keep the order incrementally. With ``on_missing="error"``, ``sort_key`` raises too.
+* Fast path: ``sort_key``/``key_stable_until`` (a waiting job's key changes only when its
+  promotion comes due), so owners can keep the order incrementally. With ``on_missing="error"``,
+  ``sort_key`` raises too.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
@@ -37,6 +40,12 @@ from services.scheduler.policies.estimates import (
     estimates,
     parse_missing,
     remaining_seconds,
+)
+from services.scheduler.policies.starvation import (
+    BLOX_STARVATION_S,
+    check_starvation_s,
+    starvation_due,
+    starved,
 )
 
 _UNKNOWN = float("inf")
@@ -53,31 +62,37 @@ class SrtfPolicy:
 
     on_missing: MissingEstimate = MissingEstimate.LAST
     """What to do with jobs that have no runtime estimate: ``"last"`` or ``"error"``."""
+    starvation_s: float | None = BLOX_STARVATION_S
+    """Promote a job that waited this long in one stretch ahead of all others (None: never)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "on_missing", parse_missing(self.on_missing))
+        check_starvation_s(self.starvation_s)
 
-    def sort_key(self, job: JobState, now: float) -> tuple[float, float, int]:
-        """(remaining seconds or inf, submit time, seq); ascending is the ranking."""
+    def sort_key(self, job: JobState, now: float) -> tuple[int, float, float, int]:
+        """(0 if starved else 1, remaining seconds or inf, submit time, seq); ascending is the ranking."""
         left = remaining_seconds(job)
         if left is None:
             if self.on_missing is MissingEstimate.ERROR:
                 raise MissingEstimateError(self.name, [job.job_id])
             left = _UNKNOWN
-        return (left, job.submit_time, job.seq)
+        return (0 if starved(job, now, self.starvation_s) else 1, left, job.submit_time, job.seq)
 
     def key_stable_until(self, job: JobState, now: float) -> float:
-        """A waiting job makes no progress, so its remaining time (its key) never changes."""
-        return math.inf
+        """A waiting job makes no progress, so its remaining time never changes: its key changes
+        only when its starvation promotion comes due."""
+        return starvation_due(job, now, self.starvation_s)
 
     def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
         if self.on_missing is MissingEstimate.ERROR:
             missing = [j.job_id for j in jobs.values() if remaining_seconds(j) is None]
             if missing:
                 raise MissingEstimateError(self.name, missing)
-        keyed: list[tuple[float, float, int, str]] = []
+        keyed: list[tuple[int, float, float, int, str]] = []
+        limit = self.starvation_s
         for job in jobs.values():  # sort_key, inlined: this loop runs over every job each round
             both = estimates(job)
-            keyed.append((_UNKNOWN if both is None else both[0], job.submit_time, job.seq, job.job_id))
+            left = _UNKNOWN if both is None else both[0]
+            keyed.append((0 if starved(job, now, limit) else 1, left, job.submit_time, job.seq, job.job_id))
         keyed.sort()
-        return Ranking(order=tuple(k[3] for k in keyed))
+        return Ranking(order=tuple(k[4] for k in keyed))

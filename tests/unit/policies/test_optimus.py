@@ -117,3 +117,17 @@ def test_marginal_gain_is_amdahl() -> None:
 def test_rejects_bad_options(options: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must be"):
         OptimusPolicy(**options)  # type: ignore[arg-type]
+
+
+def test_a_starved_job_goes_first_as_in_blox() -> None:
+    # "long" (1000 s left) has waited 100 s since its suspension; "short" (10 s left) just arrived.
+    long = job("long", duration=2000.0, executed=1000.0, queued_since=0.0, preempted=0.0, submit=0.0)
+    short = job("short", duration=10.0, submit=90.0, queued_since=90.0)
+    jobs = jobs_of(long, short)
+    state = cluster(1, 1)
+    assert list(OptimusPolicy(starvation_s=100.0).rank(jobs, state, 99.0).order) == ["short", "long"]
+    assert list(OptimusPolicy(starvation_s=100.0).rank(jobs, state, 100.0).order) == ["long", "short"]
+    assert list(OptimusPolicy(starvation_s=None).rank(jobs, state, 1e9).order) == ["short", "long"]
+    assert OptimusPolicy().starvation_s == 3_600_000.0  # Blox's 1000 h
+    with pytest.raises(ValueError, match="starvation_s"):
+        OptimusPolicy(starvation_s=0.0)

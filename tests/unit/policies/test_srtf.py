@@ -96,3 +96,21 @@ def test_rejects_unknown_missing_mode() -> None:
 )
 def test_remaining_seconds(item: JobState, expected: float | None) -> None:
     assert remaining_seconds(item) == expected
+
+
+def test_a_starved_job_goes_first_as_in_blox() -> None:
+    # "long" (1000 s left) has waited since its suspension at 0; "short" (10 s left) just arrived.
+    long = job("long", duration=2000.0, executed=1000.0, queued_since=0.0, preempted=0.0, submit=0.0)
+    short = job("short", duration=10.0, submit=90.0, queued_since=90.0)
+    jobs = jobs_of(long, short)
+    state = cluster(1, 1)
+    policy = SrtfPolicy(starvation_s=100.0)
+    assert list(policy.rank(jobs, state, 99.0).order) == ["short", "long"]
+    assert list(policy.rank(jobs, state, 100.0).order) == ["long", "short"]
+    # The fast path announces the promotion and its key agrees with rank().
+    assert policy.key_stable_until(long, 50.0) == 100.0
+    assert sorted(jobs, key=lambda j: policy.sort_key(jobs[j], 100.0)) == ["long", "short"]
+    assert list(SrtfPolicy(starvation_s=None).rank(jobs, state, 1e9).order) == ["short", "long"]
+    assert SrtfPolicy().starvation_s == 3_600_000.0  # Blox's 1000 h
+    with pytest.raises(ValueError, match="starvation_s"):
+        SrtfPolicy(starvation_s=-1.0)

@@ -158,7 +158,7 @@ def test_invariants_hold_on_every_event(scheduler: str, placement: str) -> None:
 
 def test_fast_paths_do_not_change_results() -> None:
     workload = list(PhillySynthetic(jobs_per_hour=3.0, seed=5, gpu_counts=GpuCounts.gavel(), num_jobs=100))
-    for scheduler in ("las", "fifo", "tiresias"):
+    for scheduler in ("las", "fifo", "tiresias", "srtf"):
         fast = simulate(workload, nodes=4, per_node=4, scheduler=scheduler, round_s=300.0, debug=False)
         slow = simulate(
             workload, nodes=4, per_node=4, scheduler=scheduler, round_s=300.0, debug=False, fast_paths=False
