@@ -593,12 +593,11 @@ class _Victims:
                 free.take(jobs[ids[index]].gpus)
                 del suspended[ids[index]]
             return None, 0
-        if len(taken) > 1:
-            before = len(taken)
-            self._spare(job, need, on_node, taken)
-            if len(taken) < before:
-                gpus = self.fitter(job, need, on_node)
-                assert gpus is not None  # it fitted with exactly these GPUs free
+        before = len(taken)
+        self._spare(job, need, on_node, taken)
+        if len(taken) < before:  # the pool shrank: fit again on what is left free
+            gpus = self.fitter(job, need, on_node)
+            assert gpus is not None  # it fitted with exactly these GPUs free
         free.take(gpus)
         return gpus, self._keep_unused(taken)
 
