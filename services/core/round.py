@@ -1,4 +1,11 @@
-"""One scheduling round as a pure function: admit -> rank -> place -> plan diff."""
+"""One scheduling round as pure functions: admit -> rank -> place -> plan diff.
+
+The round is written once and split at the one place the live control plane splits it: the scheduler
+runs :func:`rank_step` on its snapshot and sends the ranking with that snapshot to the placement
+service, which runs :func:`place_step` on it; the simulator runs both in one process (and
+:func:`run_round` adds admission for tests and composition checks). Because both halves are these
+functions, a round on the live path and a simulated round on the same snapshot give the same plan.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from services.core.decisions import Admission, Placement, Plan, Ranking
+from services.core.fill import fill_only_plan, fill_only_ranking
 from services.core.protocols import AdmissionPolicy, PlacementPolicy, SchedulingPolicy
 from services.core.state import ClusterState, JobState
 
@@ -48,6 +56,39 @@ def diff_plan(placement: Placement, ranking: Ranking, jobs: Mapping[str, JobStat
     return Plan(launch=launch, suspend=tuple(suspend), terminate=terminate)
 
 
+def rank_step(
+    scheduling: SchedulingPolicy,
+    jobs: Mapping[str, JobState],
+    cluster: ClusterState,
+    now: float,
+    *,
+    fill_only: bool = False,
+    ranking: Ranking | None = None,
+) -> Ranking:
+    """The scheduling half of a round: the policy's ranking (or ``ranking``, when the caller already
+    has it from an incremental fast path that equals ``rank()``), restricted for a fill round
+    (``services.core.fill``)."""
+    if ranking is None:
+        ranking = scheduling.rank(jobs, cluster, now)
+    return fill_only_ranking(ranking, jobs) if fill_only else ranking
+
+
+def place_step(
+    placement: PlacementPolicy,
+    ranking: Ranking,
+    jobs: Mapping[str, JobState],
+    cluster: ClusterState,
+    now: float,
+    *,
+    fill_only: bool = False,
+) -> Plan:
+    """The placement half of a round: the target allocation for ``ranking``, as the changes to
+    make; in a fill round only launches of waiting jobs onto GPUs free now (and terminations)."""
+    target = placement.place(ranking, jobs, cluster, now)
+    plan = diff_plan(target, ranking, jobs)
+    return fill_only_plan(plan, jobs, cluster) if fill_only else plan
+
+
 def run_round(
     *,
     admission: AdmissionPolicy,
@@ -69,6 +110,6 @@ def run_round(
         candidates: Mapping[str, JobState] = {**jobs, **{i: by_id[i] for i in verdict.accepted}}
     else:
         candidates = jobs
-    ranking = scheduling.rank(candidates, cluster, now)
+    ranking = rank_step(scheduling, candidates, cluster, now)
     target = placement.place(ranking, candidates, cluster, now)
     return RoundResult(verdict, ranking, target, diff_plan(target, ranking, candidates))
