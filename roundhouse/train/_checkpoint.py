@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from services.runtime.checkpoint import CHECKPOINT_NAME
+
 __all__ = ["CHECKPOINT_NAME", "CheckpointError", "Position", "load_checkpoint", "save_checkpoint"]
 
-CHECKPOINT_NAME = "checkpoint.pt"
 FORMAT = "roundhouse-checkpoint"
 FORMAT_VERSION = 1
 

@@ -27,10 +27,10 @@ from nats.micro.service import EndpointStats
 from nats.micro.service import Service as MicroService
 from nats.micro.service import ServiceConfig as MicroConfig
 
-from roundhouse import __version__
 from services.runtime.bus import Bus, BusOptions
 from services.runtime.config import ServiceConfig
 from services.runtime.logs import configure_logging
+from services.runtime.version import __version__
 
 log = logging.getLogger("roundhouse.service")
 

@@ -25,8 +25,6 @@ from typing import Any
 
 import nats.errors
 
-from roundhouse import __version__
-from roundhouse.train._checkpoint import CHECKPOINT_NAME
 from schemas.base import Event
 from schemas.control import LeaseStopAt
 from schemas.jobs import (
@@ -54,8 +52,10 @@ from schemas.subjects import (
     node_metrics,
 )
 from services.runtime.bus import Bus, BusError, RemoteError
+from services.runtime.checkpoint import CHECKPOINT_NAME
 from services.runtime.config import ServiceConfig
 from services.runtime.service import RoundhouseService
+from services.runtime.version import __version__
 from services.worker import two_phase
 from services.worker.channel import ClientStatus
 from services.worker.config import WorkerConfig
