@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from roundhouse.commands.service import run
+from services.admission.service import AdmissionService
+from services.runtime.entry import main
 
 if __name__ == "__main__":
-    sys.exit(run(argparse.Namespace(kind="admission", rest=sys.argv[1:])))
+    sys.exit(main("admission", AdmissionService, sys.argv[1:]))

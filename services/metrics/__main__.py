@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from roundhouse.commands.service import run
+from services.metrics.service import MetricsService
+from services.runtime.entry import main
 
 if __name__ == "__main__":
-    sys.exit(run(argparse.Namespace(kind="metrics", rest=sys.argv[1:])))
+    sys.exit(main("metrics", MetricsService, sys.argv[1:]))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from roundhouse.commands.service import run
+from services.placement.service import PlacementService
+from services.runtime.entry import main
 
 if __name__ == "__main__":
-    sys.exit(run(argparse.Namespace(kind="placement", rest=sys.argv[1:])))
+    sys.exit(main("placement", PlacementService, sys.argv[1:]))

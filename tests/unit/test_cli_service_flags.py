@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from roundhouse.commands.service import build_parser, parse_flags
 from services.runtime.config import ConfigError, ServiceConfig
+from services.runtime.entry import build_parser, parse_flags
 
 
 class DemoConfig(ServiceConfig):
