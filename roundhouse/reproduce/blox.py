@@ -62,10 +62,10 @@ from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map
 from roundhouse.sim.bursty import SpikedWorkload, daily_spike
 from roundhouse.sim.cluster import parse_shape, uniform_cluster
 from roundhouse.sim.converging import Converging, converges_early
-from roundhouse.sim.costs import CostModel
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.synthetic import PhillySynthetic
 from roundhouse.sim.workload import TraceJob
+from services.core.costs import CostModel
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 
 SOURCE = "Blox (Agarwal, Phanishayee, Venkataraman; EuroSys '24)"

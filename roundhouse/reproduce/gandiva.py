@@ -29,7 +29,7 @@ Choices where the summary is silent, and why:
   GPU mix, so Gandiva's per-GPU-count affinity and defragmentation have something to do, on 4-GPU
   servers (the paper's servers: its defragmentation threshold is "3 out of 4").
 * **Quantum**: ``QUANTUM_S`` = 60 s, a minute-scale slice. Preemption costs stay Roundhouse's
-  defaults (``roundhouse.sim.costs``: checkpoint 5-20 s holding the GPU, restore + relaunch 20-45 s
+  defaults (``services.core.costs``: checkpoint 5-20 s holding the GPU, restore + relaunch 20-45 s
   before progress): never free, and far above the sub-second suspend-resume that Gandiva gets by
   suspending at a mini-batch's memory minimum. So each resumed 60 s slice does only ~15-40 s of
   work; the full run also records a 300 s quantum (``details.variants`` and the ``*_q300``

@@ -67,10 +67,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map, reproduction
-from roundhouse.sim.costs import CostModel, ModelCosts
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.loss import Family, LossCurve, family, goal_loss
 from roundhouse.sim.workload import TraceJob
+from services.core.costs import CostModel, ModelCosts
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.state import ClusterState

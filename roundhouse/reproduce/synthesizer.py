@@ -28,7 +28,7 @@ Choices where Blox is silent, and why:
 * **Round triggers**: the synthesizer is round-based (Blox), so its candidates run on timer
   rounds only; the nine static baselines run the same way (registered ``srtf`` also rounds on
   churn), so "best static" means the best of exactly the policies the synthesizer switches among.
-* **Costs**: Roundhouse's default preemption costs (``roundhouse.sim.costs``) for every run and for
+* **Costs**: Roundhouse's default preemption costs (``services.core.costs``) for every run and for
   the forward simulations alike; Blox's simulator charges none.
 * **Forward horizon**: until every job on the cluster finishes (Blox: "the available jobs").
 * **Starvation**: at 8 jobs/h the offered load is about 1.05 x the cluster (mean duration

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from roundhouse.sim.cluster import ClusterSpecError, read_tiresias_spec, uniform_cluster
-from roundhouse.sim.costs import CostModel
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.per_job import JobRecord, job_records
 from roundhouse.sim.report import summarize
 from roundhouse.sim.synthetic import FitGppSynthetic, GpuCounts, PhillySynthetic
 from roundhouse.sim.traces import read_trace
 from roundhouse.sim.workload import TraceJob, WorkloadError
+from services.core.costs import CostModel
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.state import ClusterState

@@ -6,7 +6,7 @@ timer (every ``round_s``, on the grid 0, round_s, 2*round_s, ... as in Blox) and
 policy's ``triggers`` ask for it (or ``SimConfig.extra_triggers``), right after an arrival or a
 completion. A round is ``admit -> rank -> place -> plan diff`` with the very policy objects the
 services use, then the plan is applied: suspensions first (checkpoint cost), then launches
-(restore + relaunch cost for resumed jobs), as modelled in ``roundhouse.sim.costs``.
+(restore + relaunch cost for resumed jobs), as modelled in ``services.core.costs``.
 
 Fast paths (see ``services.core.protocols``): with a sort-keyed scheduling policy the ranking is
 kept incrementally (``services.core.ordering.KeyedOrder``); with a ``keeps_running`` placement policy
@@ -30,10 +30,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from roundhouse.sim.costs import CostModel
 from roundhouse.sim.invariants import InvariantError, check_invariants, snapshot_inputs
 from roundhouse.sim.jobs import SimClock, SimJobState
 from roundhouse.sim.workload import TraceJob, checked_in_order
+from services.core.costs import CostModel
 from services.core.decisions import Plan
 from services.core.fill import fill_only_plan, fill_only_ranking
 from services.core.ordering import KeyedOrder

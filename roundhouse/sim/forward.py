@@ -45,7 +45,7 @@ How the snapshot becomes a simulation (choices where Blox is silent, and why):
 * **Round triggers**: ``ForwardSettings.triggers`` overrides the candidates' own (the synthesizer
   passes its own, timer rounds only, so the forward run of e.g. SRTF behaves as SRTF would under the
   synthesizer; None keeps each policy's triggers).
-* **Costs**: the same :class:`~roundhouse.sim.costs.CostModel` as any simulation (default costs).
+* **Costs**: the same :class:`~services.core.costs.CostModel` as any simulation (default costs).
 
 The engine exposes no public way to start from a state other than empty, so
 :class:`_ForwardSimulator` hooks the engine's arrival step (``Simulator._arrive``) to restore each
@@ -61,11 +61,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from roundhouse.sim.costs import CostModel
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.jobs import SimJobState
 from roundhouse.sim.report import percentile
 from roundhouse.sim.workload import TraceJob
+from services.core.costs import CostModel
 from services.core.decisions import Ranking
 from services.core.protocols import SchedulingPolicy, Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING

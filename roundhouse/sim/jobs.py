@@ -19,10 +19,10 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from roundhouse.sim.costs import ModelCosts
 from roundhouse.sim.loss import LossLog, Run
 from roundhouse.sim.workload import TraceJob
 from schemas.job import JobSpec
+from services.core.costs import ModelCosts
 from services.core.state import JobState, JobStatus
 
 _RUNNING = JobStatus.RUNNING

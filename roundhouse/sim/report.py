@@ -11,7 +11,7 @@ Definitions (over the *measured* jobs: the ``--track`` window, else every job):
 * utilization = GPU-seconds held by jobs (including checkpoint and restore time) / (GPUs x simulated
   time); productive utilization counts only GPU-seconds that advanced a job.
 * preemptions = suspensions of measured jobs; lost work = GPU-seconds they spent checkpointing,
-  restoring and relaunching (``roundhouse.sim.costs``).
+  restoring and relaunching (``services.core.costs``).
 
 Percentiles interpolate linearly between order statistics (numpy's default, "type 7").
 """

@@ -34,7 +34,7 @@ from services.scheduler.leases import Lease
 
 DEFAULT_RESTORE_ALLOWANCE_S: Final = 120.0
 """Longest time a run counts as restoring without reporting progress. Covers the simulator's
-largest restore + relaunch (45 s, ``roundhouse.sim.costs``) with room for slow storage; a longer
+largest restore + relaunch (45 s, ``services.core.costs``) with room for slow storage; a longer
 allowance costs only jobs that never report progress (longer slices), a shorter one risks the
 livelock for real restores that are slower than it."""
 

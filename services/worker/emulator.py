@@ -5,7 +5,7 @@ facts) over jobs that only pretend to train, so a trace can be replayed live in 
 ``expected_iterations`` N runs N iterations of ``expected_duration_s / N`` seconds each (or of the
 worker's ``emulate_iteration_s`` when no duration is given); a job with only ``expected_duration_s``
 D runs D seconds; both divided by X. A revoke stops at the next iteration boundary and then takes the
-model's checkpoint cost (``roundhouse.sim.costs``, the simulator's own numbers) divided by X. The
+model's checkpoint cost (``services.core.costs``, the simulator's own numbers) divided by X. The
 facts (``job.started/suspended/completed``) are the ones real jobs produce.
 """
 
@@ -16,8 +16,8 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from roundhouse.sim.costs import CostModel
 from schemas.leases import LeaseGrant
+from services.core.costs import CostModel
 from services.worker.config import WorkerConfig
 
 __all__ = ["EmulatedRun", "Emulator", "Outcome"]

@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from roundhouse.sim import forward
-from roundhouse.sim.costs import CostModel
+from services.core.costs import CostModel
 from services.core.decisions import Admission, Ranking
 from services.core.protocols import AdmissionPolicy, SchedulingPolicy, Trigger
 from services.core.registry import ADMISSION, SCHEDULING

@@ -9,10 +9,10 @@ import pytest
 
 from roundhouse.reproduce import Options, get
 from roundhouse.reproduce.fitgpp import PolicyCase
-from roundhouse.sim.costs import CostModel
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.workload import TraceJob
 from schemas.job import JobClass
+from services.core.costs import CostModel
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.state import ClusterState

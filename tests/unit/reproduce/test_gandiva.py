@@ -11,9 +11,9 @@ import pytest
 
 from roundhouse.reproduce import Options, get
 from roundhouse.reproduce.gandiva import _FeedbackSimulator, jobs_per_hour, mean_duration_s
-from roundhouse.sim.costs import CostModel, ModelCosts
 from roundhouse.sim.engine import SimConfig
 from roundhouse.sim.workload import TraceJob
+from services.core.costs import CostModel, ModelCosts
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.state import ClusterState

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from roundhouse.sim.costs import CostModel
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.forward import (
     ForwardSettings,
@@ -20,6 +19,7 @@ from roundhouse.sim.forward import (
 )
 from roundhouse.sim.workload import TraceJob
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.costs import CostModel
 from services.core.decisions import Ranking
 from services.core.protocols import SchedulingPolicy, Trigger
 from services.core.state import ClusterState, JobState, JobStatus

@@ -6,13 +6,13 @@ from collections.abc import Mapping
 
 import pytest
 
-from roundhouse.sim.costs import CostModel
 from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.jobs import SimClock, SimJobState, spec_for
 from roundhouse.sim.synthetic import FitGppSynthetic, GpuCounts, PhillySynthetic
 from roundhouse.sim.workload import TraceJob
 from schemas.job import JobClass
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.costs import CostModel
 from services.core.decisions import Ranking
 from services.core.state import ClusterState, JobState, JobStatus
 

@@ -11,7 +11,6 @@ from typing import ClassVar
 
 import pytest
 
-from roundhouse.sim.costs import CostModel, ModelCosts
 from roundhouse.sim.engine import Outcome, SimConfig, Simulator
 from roundhouse.sim.loss import (
     FAMILIES,
@@ -23,6 +22,7 @@ from roundhouse.sim.loss import (
     goal_loss,
 )
 from roundhouse.sim.workload import TraceJob, WorkloadError
+from services.core.costs import CostModel, ModelCosts
 from services.core.decisions import Placement, Ranking
 from services.core.protocols import SchedulingPolicy, Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING

@@ -1,5 +1,9 @@
 """Modelled costs of preemption and placement, per model name.
 
+A contract shared by the simulator and the worker's emulated jobs
+(``services.worker.emulator``, which waits a model's checkpoint cost on a revoke), so it lives in
+``services.core``: both read the same numbers.
+
 Preemption is never free by default (Blox §7 profiles launch and preemption overheads for the
 simulator; its released simulator charges none, which flatters preemptive policies):
 
