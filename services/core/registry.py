@@ -1,38 +1,92 @@
 """One name registry per policy kind. Services and the simulator pick policies by these names.
 
-Policies register with a decorator in their own module; the registry imports the policy packages
-lazily on the first lookup, so ``services.core`` does not import the services that host policies.
+How a policy gets here, with ``services.core`` knowing no service:
+
+1. A policy module registers its factory with a decorator, ``@SCHEDULING.register("las")``.
+2. A *policy package* imports every module it contains when it is imported
+   (:func:`import_submodules` in its ``__init__.py``), so a new policy is one new module.
+3. Policy packages are declared as Python entry points in the group ``roundhouse.policies``
+   (Roundhouse's own in ``pyproject.toml``; any installed distribution may add its own). The
+   registries import them on their first lookup (``names``, ``create``, ``check``), not on import,
+   so importing ``services.core`` stays cheap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import pkgutil
+from collections.abc import Callable, Iterable, Mapping
 from importlib import import_module
-from typing import Any, Generic, TypeVar
+from importlib.metadata import entry_points
+from typing import Any, Final, Generic, TypeVar
 
 from services.core.protocols import AdmissionPolicy, PlacementPolicy, SchedulingPolicy, VictimPolicy
 
 T = TypeVar("T")
+
+ENTRY_POINT_GROUP: Final = "roundhouse.policies"
+"""Entry-point group whose values are policy packages to import (``name = "package.module"``)."""
 
 
 class UnknownPolicyError(LookupError):
     """A policy name that is not registered; the message lists the valid ones."""
 
     def __init__(self, kind: str, name: str, valid: list[str]) -> None:
-        super().__init__(f"unknown {kind} policy {name!r}; valid: {', '.join(valid) or '(none)'}")
+        hint = "" if valid else f" (no package declares policies in entry-point group {ENTRY_POINT_GROUP!r}: " \
+            "is roundhouse installed? `pip install -e .` in a source tree)"
+        super().__init__(f"unknown {kind} policy {name!r}; valid: {', '.join(valid) or '(none)'}{hint}")
         self.kind = kind
         self.name = name
         self.valid = valid
 
 
+class PolicyPackageError(ImportError):
+    """A policy package declared as an entry point failed to import; names the package and its distribution."""
+
+
+_loaded_groups: set[str] = set()
+
+
+def load_policy_packages(group: str = ENTRY_POINT_GROUP) -> None:
+    """Import every policy package declared in ``group``, once per process.
+
+    A package that fails to import raises :class:`PolicyPackageError`; the next lookup tries again.
+    """
+    if group in _loaded_groups:
+        return
+    _loaded_groups.add(group)  # first, so a policy module that looks a name up while loading does not recurse
+    try:
+        for point in sorted(entry_points(group=group), key=lambda p: (p.name, p.value)):
+            try:
+                import_module(point.value)
+            except Exception as exc:
+                source = point.dist.name if point.dist is not None else "an unknown distribution"
+                raise PolicyPackageError(
+                    f"policy package {point.value!r} (entry point {point.name!r} of {source}) failed to import: {exc}"
+                ) from exc
+    except BaseException:
+        _loaded_groups.discard(group)
+        raise
+
+
+def import_submodules(package: str, path: Iterable[str]) -> None:
+    """Import every module and subpackage of ``package`` (call it as ``import_submodules(__name__,
+    __path__)`` in a policy package's ``__init__.py``), so their registration decorators run."""
+    for info in pkgutil.iter_modules(path, prefix=f"{package}."):
+        import_module(info.name)
+
+
 class Registry(Generic[T]):
-    def __init__(self, kind: str, plugin_packages: tuple[str, ...]) -> None:
+    """Policies of one kind by name. ``group`` is the entry-point group of the packages to import on the
+    first lookup (None: only what was registered explicitly, e.g. in a test)."""
+
+    def __init__(self, kind: str, *, group: str | None = ENTRY_POINT_GROUP) -> None:
         self.kind = kind
-        self._plugin_packages = plugin_packages
+        self._group = group
         self._factories: dict[str, Callable[..., T]] = {}
-        self._loaded = False
 
     def register(self, name: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+        """Decorator: register ``factory`` (a class or a function returning the policy) as ``name``."""
+
         def decorator(factory: Callable[..., T]) -> Callable[..., T]:
             if name in self._factories and self._factories[name] is not factory:
                 raise ValueError(f"{self.kind} policy {name!r} is registered twice")
@@ -42,10 +96,8 @@ class Registry(Generic[T]):
         return decorator
 
     def _load(self) -> None:
-        if not self._loaded:
-            self._loaded = True
-            for package in self._plugin_packages:
-                import_module(package)
+        if self._group is not None:
+            load_policy_packages(self._group)
 
     def names(self) -> list[str]:
         self._load()
@@ -71,8 +123,7 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} policy {name!r} rejects {label} {dict(options)}: {exc}") from None
 
 
-
-ADMISSION: Registry[AdmissionPolicy] = Registry("admission", ("services.admission.policies",))
-SCHEDULING: Registry[SchedulingPolicy] = Registry("scheduling", ("services.scheduler.policies",))
-PLACEMENT: Registry[PlacementPolicy] = Registry("placement", ("services.placement.policies",))
-VICTIM: Registry[VictimPolicy] = Registry("victim", ("services.placement.policies",))
+ADMISSION: Registry[AdmissionPolicy] = Registry("admission")
+SCHEDULING: Registry[SchedulingPolicy] = Registry("scheduling")
+PLACEMENT: Registry[PlacementPolicy] = Registry("placement")
+VICTIM: Registry[VictimPolicy] = Registry("victim")

@@ -1,6 +1,7 @@
-"""Admission policies; importing this package registers each one in ``services.core.ADMISSION``."""
+"""Admission policies. Importing this package imports every module in it, and each module registers
+its policies in ``services.core.ADMISSION`` with the decorator: a new policy is one new module here.
+The registry imports this package on its first lookup (entry point ``roundhouse.policies``)."""
 
-from services.admission.policies import accept_all as accept_all
-from services.admission.policies import load_threshold as load_threshold
-from services.admission.policies import synthesizer as synthesizer
-from services.admission.policies import user_quota as user_quota
+from services.core.registry import import_submodules
+
+import_submodules(__name__, __path__)
