@@ -58,11 +58,11 @@ from typing import Any
 from roundhouse.client import Client
 from roundhouse.local import LocalCluster, LocalClusterConfig
 from roundhouse.sim.case import Case, build_cluster, build_workload, default_traces_dir, run_case
-from roundhouse.sim.workload import TraceJob
 from schemas.control import JobsQuery, JobView
 from schemas.job import JobSpec
 from schemas.rounds import ScheduleRound
 from schemas.subjects import SCHEDULE_ROUND
+from services.core.simulation.workload import TraceJob
 
 TARGET = 0.05
 DEFAULT_SPEEDUP = {"tiresias": 20.0, "philly": 2000.0}

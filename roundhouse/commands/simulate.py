@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 
 from roundhouse.sim.case import GPU_COUNT_CHOICES, WORKLOADS, Case
 from roundhouse.sim.cluster import ClusterSpecError, parse_shape
-from roundhouse.sim.engine import SimulationError
 from roundhouse.sim.per_job import write_jobs_csv
 from roundhouse.sim.report import format_table
 from roundhouse.sim.synthetic import FITGPP_ARRIVALS
 from roundhouse.sim.traces import FORMATS
-from roundhouse.sim.workload import WorkloadError
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING, Registry, UnknownPolicyError
+from services.core.simulation.engine import SimulationError
+from services.core.simulation.workload import WorkloadError
 
 T = TypeVar("T")
 

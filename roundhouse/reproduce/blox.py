@@ -62,11 +62,11 @@ from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map
 from roundhouse.sim.bursty import SpikedWorkload, daily_spike
 from roundhouse.sim.cluster import parse_shape, uniform_cluster
 from roundhouse.sim.converging import Converging, converges_early
-from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.synthetic import PhillySynthetic
-from roundhouse.sim.workload import TraceJob
 from services.core.costs import CostModel
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.workload import TraceJob
 
 SOURCE = "Blox (Agarwal, Phanishayee, Venkataraman; EuroSys '24)"
 SEEDS = 3

@@ -53,12 +53,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map, relative_change_pct, reproduction
-from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.report import summarize
 from roundhouse.sim.synthetic import FitGppSynthetic
 from services.core.costs import CostModel
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.engine import SimConfig, Simulator
 from services.core.state import ClusterState
 
 PAPER_TE_P95 = -96.6

@@ -26,7 +26,7 @@ Workload, per model, bin type and repetition (a seeded ``random.Random``):
   taking Table 2's Hermes time for 1000 iterations when alone (GoogleNet 32.73 s, VGG16 97.25 s,
   VGG19 112.73 s, ResNet50 69.46 s: the framework's own overhead included, as every policy ran
   inside it);
-* loss curves from ``roundhouse.sim.loss.family``: the good jobs are *fast* (reach the goal within
+* loss curves from ``services.core.simulation.loss.family``: the good jobs are *fast* (reach the goal within
   50% of the job) or *moderate* (within 95%), 0.6 : 0.25 as Fig. 2a's promising combinations
   (60% within 500 iterations, 85% within 1000); the bad ones are *slow* (never reach it). Initial
   loss ln(1000) = 6.91 (an untrained 1000-class classifier); the good combinations converge towards
@@ -67,12 +67,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map, reproduction
-from roundhouse.sim.engine import SimConfig, Simulator
-from roundhouse.sim.loss import Family, LossCurve, family, goal_loss
-from roundhouse.sim.workload import TraceJob
 from services.core.costs import CostModel, ModelCosts
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.loss import Family, LossCurve, family, goal_loss
+from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState
 
 NAME = "hermes"

@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 from itertools import count
 
 from roundhouse.sim.synthetic import BLOX_MODELS, GpuCounts, philly_duration_s, poisson_gap_s, stream
-from roundhouse.sim.workload import TraceJob, WorkloadError
+from services.core.simulation.workload import TraceJob, WorkloadError
 
 DAY_S = 86_400.0
 HOUR_S = 3_600.0

@@ -9,15 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from roundhouse.sim.cluster import ClusterSpecError, read_tiresias_spec, uniform_cluster
-from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.per_job import JobRecord, job_records
+from roundhouse.sim.progress import ProgressBar
 from roundhouse.sim.report import summarize
 from roundhouse.sim.synthetic import FitGppSynthetic, GpuCounts, PhillySynthetic
 from roundhouse.sim.traces import read_trace
-from roundhouse.sim.workload import TraceJob, WorkloadError
 from services.core.costs import CostModel
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.workload import TraceJob, WorkloadError
 from services.core.state import ClusterState
 
 WORKLOADS: tuple[str, ...] = ("fitgpp-synthetic", "philly-synthetic")
@@ -149,6 +150,13 @@ class CaseResult:
     """Per measured, finished job, by job index (only when ``run_case`` was asked to record them)."""
 
 
+def _job_count(case: Case) -> int | None:
+    """The jobs a run of ``case`` measures, if known in advance (for its progress bar)."""
+    if case.track is not None:
+        return case.track[1] - case.track[0] + 1
+    return case.num_jobs
+
+
 def run_case(case: Case, *, progress: bool = False, record_jobs: bool = False) -> CaseResult:
     """Build everything ``case`` names, run it, and summarize (and keep per-job records if asked)."""
     cluster = build_cluster(case)
@@ -161,7 +169,6 @@ def run_case(case: Case, *, progress: bool = False, record_jobs: bool = False) -
         fill_between_rounds=case.fill_between_rounds,
         costs=CostModel.free() if case.free_preemption else CostModel(),
         debug=case.debug,
-        progress=progress,
         fast_paths=case.fast_paths,
         record_jobs=record_jobs,
     )
@@ -173,7 +180,7 @@ def run_case(case: Case, *, progress: bool = False, record_jobs: bool = False) -
         scheduling=scheduling,
         placement=PLACEMENT.create(case.placement, **case.placement_options),
         config=config,
-        progress_total=None if case.track is not None else case.num_jobs,
+        progress=ProgressBar(_job_count(case)) if progress else None,
     )
     started = time.perf_counter()
     outcome = simulator.run()

@@ -4,7 +4,7 @@ Blox §5.3: "Prior work (jeon2019analysis) has observed that 'around 75% of jobs
 lowest loss using only 40% of the epochs' ... Based on the observation ... we randomly assign 75%
 of the jobs to converge in 40% of their training time." Blox's trace "contains per-job loss
 progression"; it is not published, so :class:`Converging` attaches a modelled curve
-(:class:`roundhouse.sim.loss.LossCurve`) and a target loss to every job of a base stream:
+(:class:`services.core.simulation.loss.LossCurve`) and a target loss to every job of a base stream:
 
 * with probability ``early_fraction`` (0.75), drawn per job from the stream ``"<seed>:converging"``
   (never from the base workload's streams, so the base jobs are the same with and without curves),
@@ -20,7 +20,7 @@ the policy's relative threshold (``loss-termination``'s ``threshold``) only has 
 The curve's scale does not matter to termination (only when the target is crossed does), and the
 curve is smooth (``noise`` 0): a noisy reported loss could dip under the target early and stop a
 job too soon, which Blox's "converge in 40%" does not describe. Loss samples are the simulator's
-(``roundhouse.sim.loss``); the termination check runs at rounds, so a job ends at the first round
+(``services.core.simulation.loss``); the termination check runs at rounds, so a job ends at the first round
 after it reaches its target.
 """
 
@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from roundhouse.sim.loss import LossCurve
 from roundhouse.sim.synthetic import stream
-from roundhouse.sim.workload import TraceJob, WorkloadError
+from services.core.simulation.loss import LossCurve
+from services.core.simulation.workload import TraceJob, WorkloadError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,7 @@ use this simulation to collect the metrics of importance". This module is that s
 1. :func:`take_snapshot` copies what matters of the active jobs (running and waiting), the jobs held
    by admission, and the cluster's shape into plain, picklable values (:class:`Snapshot`); it reads
    its inputs only.
-2. :func:`simulate` runs one fresh :class:`~roundhouse.sim.engine.Simulator` per candidate
+2. :func:`simulate` runs one fresh :class:`~services.core.simulation.engine.Simulator` per candidate
    combination (:class:`~services.scheduler.policies.synthesizer.Combination`) on that snapshot, in
    parallel processes with ``workers > 1``, and returns each candidate's metrics
    (:class:`ForwardResult`); :func:`forward_simulate` does both steps.
@@ -61,14 +61,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from roundhouse.sim.engine import SimConfig, Simulator
-from roundhouse.sim.jobs import SimJobState
 from roundhouse.sim.report import percentile
-from roundhouse.sim.workload import TraceJob
 from services.core.costs import CostModel
 from services.core.decisions import Ranking
 from services.core.protocols import SchedulingPolicy, Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.jobs import SimJobState
+from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState, Gpu, JobState, JobStatus, Node
 from services.scheduler.policies.synthesizer import CANDIDATES, Combination
 

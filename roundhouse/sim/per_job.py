@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from roundhouse.sim.engine import Outcome
+from services.core.simulation.engine import Outcome
 
 
 class JobRecord(NamedTuple):

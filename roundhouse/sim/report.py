@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from roundhouse.sim.engine import Outcome
+from services.core.simulation.engine import Outcome
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
 
-from roundhouse.sim.workload import TraceJob, WorkloadError
 from schemas.job import JobClass
+from services.core.simulation.workload import TraceJob, WorkloadError
 
 BLOX_MODELS: tuple[str, ...] = ("resnet18", "cyclegan", "resnet50", "lstm", "recoder", "transformer", "a3c")
 """Blox Table 2: the models Blox assigns at random to Philly-trace jobs."""

@@ -35,8 +35,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 
-from roundhouse.sim.workload import TraceJob, WorkloadError
 from schemas.job import JobClass
+from services.core.simulation.workload import TraceJob, WorkloadError
 
 FORMATS: tuple[str, ...] = ("philly", "pollux", "roundhouse", "tiresias")
 

@@ -3,7 +3,7 @@
 ``rr``, ``slaq`` and ``hermes`` keep a running job while ``now <= resumed_at``
 (``policies/time_slicing.protected``), so that a checkpoint restore + relaunch longer than their
 quantum cannot get a resumed job preempted before it makes any progress: the livelock found in the
-simulator, which knows ``resumed_at`` exactly (``roundhouse.sim.jobs``). Live, the scheduler learns
+simulator, which knows ``resumed_at`` exactly (``services.core.simulation.jobs``). Live, the scheduler learns
 it from the job's own progress reports:
 
 * A run has **resumed** once the ``job-metrics`` aggregate shows an iteration of *this* run: the

@@ -8,10 +8,10 @@ import pytest
 from pydantic import ValidationError
 
 from roundhouse.sim.case import Case, run_case
-from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.synthetic import PhillySynthetic
 from services.admission.service import AdmissionConfig
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.engine import SimConfig, Simulator
 from services.core.state import ClusterState, JobState, JobStatus
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.policies.synthesis import synthesizer_pair

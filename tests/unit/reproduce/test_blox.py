@@ -12,11 +12,11 @@ from roundhouse.reproduce import Options, ReproResult, get
 from roundhouse.reproduce.blox import QUICK, Run, simulate, workload
 from roundhouse.sim.cluster import uniform_cluster
 from roundhouse.sim.converging import Converging, converges_early
-from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.synthetic import PhillySynthetic
-from roundhouse.sim.workload import TraceJob, WorkloadError
 from services.core.costs import CostModel
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.workload import TraceJob, WorkloadError
 
 _RESULTS: dict[str, ReproResult] = {}
 

@@ -9,12 +9,12 @@ import pytest
 
 from roundhouse.reproduce import Options, get
 from roundhouse.reproduce.fitgpp import PolicyCase
-from roundhouse.sim.engine import SimConfig, Simulator
-from roundhouse.sim.workload import TraceJob
 from schemas.job import JobClass
 from services.core.costs import CostModel
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState
 
 TE, BE = JobClass.TE, JobClass.BE

@@ -11,11 +11,11 @@ import pytest
 
 from roundhouse.reproduce import Options, get
 from roundhouse.reproduce.gandiva import _FeedbackSimulator, jobs_per_hour, mean_duration_s
-from roundhouse.sim.engine import SimConfig
-from roundhouse.sim.workload import TraceJob
 from services.core.costs import CostModel, ModelCosts
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.engine import SimConfig
+from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState
 
 COSTS = ModelCosts(checkpoint_s=10.0, restore_s=10.0, relaunch_s=20.0)

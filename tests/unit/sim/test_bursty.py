@@ -8,7 +8,7 @@ import pytest
 
 from roundhouse.sim.bursty import DAY_S, HOUR_S, SpikedWorkload, Spikes, daily_spike, with_spikes
 from roundhouse.sim.synthetic import PhillySynthetic
-from roundhouse.sim.workload import TraceJob, WorkloadError, checked_in_order
+from services.core.simulation.workload import TraceJob, WorkloadError, checked_in_order
 
 
 def _base(num_jobs: int = 800, seed: int = 3) -> PhillySynthetic:

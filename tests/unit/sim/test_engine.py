@@ -8,14 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from roundhouse.sim.engine import GC_GEN0_THRESHOLD, Outcome, SimConfig, Simulator
 from roundhouse.sim.report import summarize
 from roundhouse.sim.synthetic import GpuCounts, PhillySynthetic
-from roundhouse.sim.workload import TraceJob, WorkloadError
 from schemas.job import JobClass
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.costs import CostModel, ModelCosts
 from services.core.protocols import Trigger
+from services.core.simulation.engine import GC_GEN0_THRESHOLD, Outcome, SimConfig, Simulator
+from services.core.simulation.workload import TraceJob, WorkloadError
 from services.core.state import ClusterState
 
 FREE = CostModel.free()

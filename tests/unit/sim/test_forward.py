@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.forward import (
     ForwardSettings,
     MissingDurationError,
@@ -17,11 +16,12 @@ from roundhouse.sim.forward import (
     simulate,
     take_snapshot,
 )
-from roundhouse.sim.workload import TraceJob
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.costs import CostModel
 from services.core.decisions import Ranking
 from services.core.protocols import SchedulingPolicy, Trigger
+from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState, JobState, JobStatus
 from services.scheduler.policies.synthesizer import CANDIDATES, Combination
 from tests.unit.policies.builders import assert_unchanged, cluster, frozen, job, jobs_of

@@ -6,14 +6,14 @@ from collections.abc import Mapping
 
 import pytest
 
-from roundhouse.sim.engine import SimConfig, Simulator
-from roundhouse.sim.jobs import SimClock, SimJobState, spec_for
 from roundhouse.sim.synthetic import FitGppSynthetic, GpuCounts, PhillySynthetic
-from roundhouse.sim.workload import TraceJob
 from schemas.job import JobClass
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.costs import CostModel
 from services.core.decisions import Ranking
+from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.jobs import SimClock, SimJobState, spec_for
+from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState, JobState, JobStatus
 
 

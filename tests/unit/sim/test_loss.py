@@ -1,4 +1,4 @@
-"""Simulated loss (``roundhouse.sim.loss``): curves, families, the lazily sampled bounded history of a
+"""Simulated loss (``services.core.simulation.loss``): curves, families, the lazily sampled bounded history of a
 simulated job, loss-based termination and Hermes' quantum-sized rounds in the simulator."""
 
 from __future__ import annotations
@@ -11,8 +11,12 @@ from typing import ClassVar
 
 import pytest
 
-from roundhouse.sim.engine import Outcome, SimConfig, Simulator
-from roundhouse.sim.loss import (
+from services.core.costs import CostModel, ModelCosts
+from services.core.decisions import Placement, Ranking
+from services.core.protocols import SchedulingPolicy, Trigger
+from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.engine import Outcome, SimConfig, Simulator
+from services.core.simulation.loss import (
     FAMILIES,
     HEAD_WINDOW_S,
     HISTORY_LIMIT,
@@ -21,11 +25,7 @@ from roundhouse.sim.loss import (
     family,
     goal_loss,
 )
-from roundhouse.sim.workload import TraceJob, WorkloadError
-from services.core.costs import CostModel, ModelCosts
-from services.core.decisions import Placement, Ranking
-from services.core.protocols import SchedulingPolicy, Trigger
-from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.workload import TraceJob, WorkloadError
 from services.core.state import ClusterState, JobState
 from services.scheduler.policies.hermes import Hermes
 
@@ -93,7 +93,7 @@ def test_families_fit_hermes_fig2() -> None:
 
 
 def test_trace_job_loss_fields_reach_the_spec() -> None:
-    from roundhouse.sim.jobs import spec_for
+    from services.core.simulation.jobs import spec_for
 
     job = TraceJob(0, 0.0, 1, 100.0, loss_curve=CURVE, loss_target=3.0)
     assert spec_for(job).loss_target == 3.0
@@ -263,7 +263,7 @@ def test_loss_log_folds_runs_and_finds_the_target_in_a_later_run() -> None:
     """Direct ``LossLog`` use: a 4 s run, a pause, then a long run; the view at any time equals the
     bounded list of every sample so far (the head: samples within 10 s of the first one), and the
     target's time is exact even though it is crossed in the second run."""
-    from roundhouse.sim.loss import LossLog, Run
+    from services.core.simulation.loss import LossLog, Run
 
     curve = LossCurve(initial=7.0, floor=2.0, decay=3.0)
     target_p = 0.5

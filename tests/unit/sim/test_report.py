@@ -7,8 +7,8 @@ from array import array
 
 import pytest
 
-from roundhouse.sim.engine import Outcome
 from roundhouse.sim.report import format_table, percentile, summarize
+from services.core.simulation.engine import Outcome
 
 
 @pytest.mark.parametrize(

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from roundhouse.sim.cluster import ClusterSpecError, parse_shape, read_tiresias_spec
-from roundhouse.sim.engine import SimConfig, Simulator
 from roundhouse.sim.synthetic import FifoLoadArrivals, FitGppSynthetic, GpuCounts, PhillySynthetic, stream
 from roundhouse.sim.traces import read_trace
-from roundhouse.sim.workload import WorkloadError
 from schemas.job import JobClass
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.workload import WorkloadError
 from services.core.state import ClusterState
 
 TRACES = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "traces"

@@ -22,17 +22,12 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-import sys
-import time
 from array import array
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Protocol
 
-from roundhouse.sim.invariants import InvariantError, check_invariants, snapshot_inputs
-from roundhouse.sim.jobs import SimClock, SimJobState
-from roundhouse.sim.workload import TraceJob, checked_in_order
 from services.core.costs import CostModel
 from services.core.decisions import Plan
 from services.core.fill import fill_only_plan, fill_only_ranking
@@ -48,6 +43,9 @@ from services.core.protocols import (
     keeps_running,
 )
 from services.core.round import diff_plan
+from services.core.simulation.invariants import InvariantError, check_invariants, snapshot_inputs
+from services.core.simulation.jobs import SimClock, SimJobState
+from services.core.simulation.workload import TraceJob, checked_in_order
 from services.core.state import ClusterState, JobState, JobStatus
 
 INF = math.inf
@@ -78,8 +76,6 @@ class SimConfig:
     costs: CostModel = field(default_factory=CostModel)
     debug: bool = False
     """Check invariants after every event and that policies leave their inputs untouched (slow)."""
-    progress: bool = False
-    """Draw a progress bar on stderr."""
     fill_between_rounds: bool = False
     """Between the policy's rounds, an arrival or completion it does not react to runs a fill round
     (``services.core.fill``: waiting jobs onto free GPUs in rank order, never preempting), as the live
@@ -139,6 +135,15 @@ class Outcome:
     relative threshold of the target, has no entry."""
 
 
+class Progress(Protocol):
+    """Where a run reports how far it got (``roundhouse.sim.progress.ProgressBar`` draws a bar): the
+    measured jobs done so far and the simulated time, every 1,024 events or so, and once at the end."""
+
+    def update(self, done: int, sim_t: float) -> None: ...
+
+    def close(self, done: int, sim_t: float) -> None: ...
+
+
 class Simulator:
     """Runs one workload on one cluster with one set of policies."""
 
@@ -151,8 +156,7 @@ class Simulator:
         scheduling: SchedulingPolicy,
         placement: PlacementPolicy,
         config: SimConfig | None = None,
-        progress_total: int | None = None,
-        progress_stream: TextIO | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self.config = config or SimConfig()
         self.cluster = cluster
@@ -190,10 +194,7 @@ class Simulator:
         self.out = Outcome(total_gpus=cluster.total_gpus)
         track = self.config.track
         self._track_left = (track[1] - track[0] + 1) if track is not None else -1
-        self._progress_total = (
-            progress_total if progress_total is not None else (self._track_left if track is not None else None)
-        )
-        self._progress_stream = progress_stream or sys.stderr
+        self._progress = progress
         self._done_measured = 0
 
     # --- main loop ----------------------------------------------------------------------------
@@ -211,7 +212,7 @@ class Simulator:
         round_at = INF
         now = 0.0
         loops = 0
-        bar = _ProgressBar(self._progress_total, self._progress_stream) if config.progress else None
+        bar = self._progress
         # Hot loop: attributes that never change are read once (``active``, ``_jobs``, ``_running``
         # and ``_events`` are never rebound; ``_held`` and ``_new`` are, so they are read each time).
         active = self.active
@@ -670,32 +671,3 @@ def _tick_at_or_after(t: float, round_s: float) -> float:
 
 def _tick_after(t: float, round_s: float) -> float:
     return (math.floor(t / round_s + _EPS) + 1) * round_s
-
-
-class _ProgressBar:
-    """A one-line progress bar on a terminal stream (jobs measured and simulated time)."""
-
-    def __init__(self, total: int | None, stream: TextIO) -> None:
-        self.total = total
-        self.stream = stream
-        self.start = time.monotonic()
-        self.last = 0.0
-
-    def update(self, done: int, sim_t: float, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last < 0.25:
-            return
-        self.last = now
-        if self.total:
-            width = 30
-            filled = min(width, int(width * done / self.total))
-            head = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} jobs"
-        else:
-            head = f"{done} jobs"
-        self.stream.write(f"\r{head}  sim {sim_t / 3600:.1f} h  wall {now - self.start:.1f} s ")
-        self.stream.flush()
-
-    def close(self, done: int, sim_t: float) -> None:
-        self.update(done, sim_t, force=True)
-        self.stream.write("\n")
-        self.stream.flush()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from roundhouse.sim.loss import HISTORY_LIMIT
+from services.core.simulation.loss import HISTORY_LIMIT
 from services.core.state import ClusterState, JobState, JobStatus
 
 _EPS = 1e-6

@@ -27,7 +27,7 @@ that good combinations converge quickly early, which Hermes exploits.
 :meth:`LossCurve.reaching` builds a curve that reaches a target at a given progress (Blox §5.3:
 "75% of jobs converge at 40% of their epochs").
 
-Sampling (``roundhouse.sim.jobs``): a running job reports one loss every ``sample_s`` seconds of
+Sampling (``services.core.simulation.jobs``): a running job reports one loss every ``sample_s`` seconds of
 productive time (default 1 s: a client reporting every few iterations; two 10 s Hermes quanta hold
 20 samples), and ``JobState.loss_history`` keeps at most ``HISTORY_LIMIT`` samples, as the live
 metrics service does: the newest, plus those taken within ``HEAD_WINDOW_S`` of the job's first

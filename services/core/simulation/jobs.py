@@ -7,7 +7,7 @@ change (launch, suspension) plus ``rate x (clock.now - productive_from)``. Polic
 ``JobState`` attributes and always see values exact at ``clock.now``, which the simulator sets to
 the ``now`` it passes them. Writes (from the dataclass constructor) set the base value.
 
-Loss (``roundhouse.sim.loss``): a job whose ``TraceJob`` carries a ``loss_curve`` reports
+Loss (``services.core.simulation.loss``): a job whose ``TraceJob`` carries a ``loss_curve`` reports
 ``loss`` = the curve at its current progress (None before its first launch) and a bounded
 ``loss_history`` of samples taken every ``curve.sample_s`` seconds of productive time, both exact at
 ``clock.now`` and computed on demand from the progress line (``LossLog``). A job without a curve
@@ -19,10 +19,10 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from roundhouse.sim.loss import LossLog, Run
-from roundhouse.sim.workload import TraceJob
 from schemas.job import JobSpec
 from services.core.costs import ModelCosts
+from services.core.simulation.loss import LossLog, Run
+from services.core.simulation.workload import TraceJob
 from services.core.state import JobState, JobStatus
 
 _RUNNING = JobStatus.RUNNING
@@ -158,7 +158,7 @@ class SimJobState(JobState):
 
     @property
     def loss_history(self) -> list[tuple[float, float]]:
-        """(time, loss) samples, oldest first, bounded (``roundhouse.sim.loss.LossLog``); empty
+        """(time, loss) samples, oldest first, bounded (``services.core.simulation.loss.LossLog``); empty
         without a curve (a fresh list, so no memory is held per job). Do not mutate it."""
         log = self.loss_log
         if log is None:

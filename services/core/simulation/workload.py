@@ -12,8 +12,8 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from roundhouse.sim.loss import LossCurve
 from schemas.job import JobClass
+from services.core.simulation.loss import LossCurve
 
 
 class WorkloadError(ValueError):
@@ -46,7 +46,7 @@ class TraceJob:
     memory_gb: float | None = None
     """Host RAM in GiB the job needs; None keeps ``JobSpec``'s default."""
     loss_curve: LossCurve | None = None
-    """The job's loss as a function of its progress (``roundhouse.sim.loss``); None: it reports none."""
+    """The job's loss as a function of its progress (``services.core.simulation.loss``); None: it reports none."""
     loss_target: float | None = None
     """The user's target loss (``JobSpec.loss_target``: Blox §5.3 termination, Hermes' goal)."""
     max_gpus: int | None = None
