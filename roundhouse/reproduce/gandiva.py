@@ -67,13 +67,14 @@ from typing import Any
 
 from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map, relative_change_pct, reproduction
 from roundhouse.sim.cluster import uniform_cluster
-from roundhouse.sim.report import percentile, summarize
+from roundhouse.sim.report import summarize
 from roundhouse.sim.synthetic import GAVEL_GPU_COUNTS, GpuCounts, PhillySynthetic
 from services.core.decisions import Plan
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.simulation.engine import SimConfig, Simulator
 from services.core.simulation.jobs import SimJobState
+from services.core.simulation.stats import percentile
 
 LOAD = 2.0
 """Offered load during the burst: twice the cluster's capacity."""

@@ -53,11 +53,11 @@ from typing import Any
 
 from roundhouse.reproduce.base import Metric, Options, ReproResult, parallel_map, relative_change_pct, reproduction
 from roundhouse.sim.bursty import HOUR_S, SpikedWorkload, Spikes
-from roundhouse.sim.forward import Retriggered
 from roundhouse.sim.synthetic import PhillySynthetic
 from services.core.protocols import AdmissionPolicy, SchedulingPolicy, Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.forward import Retriggered
 from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState
 from services.scheduler.policies.synthesis import SynthesizerScheduling, synthesizer_pair

@@ -23,18 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.core.simulation.engine import Outcome
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0..100) of already sorted values, linear interpolation."""
-    n = len(sorted_values)
-    if n == 0:
-        return math.nan
-    pos = (n - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, n - 1)
-    frac = pos - lo
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+from services.core.simulation.stats import percentile
 
 
 def _mean(values: Sequence[float]) -> float:

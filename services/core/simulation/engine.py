@@ -25,7 +25,7 @@ import math
 from array import array
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from services.core.costs import CostModel
@@ -135,6 +135,30 @@ class Outcome:
     relative threshold of the target, has no entry."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InitialJob:
+    """A job already in the system when a simulation starts (``Simulator.start_from``): what it is,
+    where it stands and what it went through. Times are on the simulated clock, which starts at 0,
+    so a job's past is negative."""
+
+    trace: TraceJob
+    """The job (its id is ``trace.job_id``; ``duration_s`` is its total work; ``arrival_s`` is ignored)."""
+    status: JobStatus
+    """HELD (not admitted yet), QUEUED (admitted, waiting) or RUNNING."""
+    submit_time: float
+    done_s: float = 0.0
+    """Work done, in seconds of the job's standalone run time (of ``trace.duration_s``)."""
+    executed_time: float = 0.0
+    attained_service: float = 0.0
+    gpus: tuple[int, ...] = ()
+    """The GPUs a RUNNING job holds."""
+    first_start_time: float | None = None
+    admit_time: float | None = None
+    queued_since: float | None = None
+    longest_wait_s: float = 0.0
+    preemptions: int = 0
+
+
 class Progress(Protocol):
     """Where a run reports how far it got (``roundhouse.sim.progress.ProgressBar`` draws a bar): the
     measured jobs done so far and the simulated time, every 1,024 events or so, and once at the end."""
@@ -196,9 +220,81 @@ class Simulator:
         self._track_left = (track[1] - track[0] + 1) if track is not None else -1
         self._progress = progress
         self._done_measured = 0
+        self._started = False
+        """Jobs were put in the system at 0 by ``start_from``: the run begins as after arrivals at 0."""
+        self._ran = False
+
+    # --- starting from a state ------------------------------------------------------------------
+    def start_from(self, jobs: Iterable[InitialJob]) -> list[SimJobState | None]:
+        """Put ``jobs`` in the system at time 0, before ``run``, so that the simulation goes on from
+        that state instead of an empty cluster (forward simulation from a snapshot,
+        ``services.core.simulation.forward``). Returns each job's simulated state, in order (None
+        for a job rejected on arrival: it needs more GPUs than the cluster has); a caller reads
+        them after ``run`` for per-job results.
+
+        Each job arrives at 0, in the order given (its ``seq``), and takes the state it had: submit
+        time, work done, executed time, attained service, first start, longest wait, preemptions. A
+        HELD job is offered to the admission policy in the first round; a QUEUED job is admitted
+        (with its admission time and its wait); a RUNNING job keeps running on its GPUs from 0 with
+        no restore or relaunch cost (it is not being resumed), or waits if those GPUs are not free
+        (unknown to the cluster, or taken by a job given before it). The first round is as after
+        arrivals at 0: at 0 if the policy rounds on arrivals or on the timer. The jobs' ids must
+        differ from the workload's (its indexes count from 0)."""
+        if self._ran:
+            raise SimulationError("start_from() must be called before run()")
+        out = self.out
+        jobs_by_id = self._jobs
+        states: list[SimJobState | None] = []
+        for initial in jobs:
+            trace = initial.trace
+            self._arrive(trace, 0.0)
+            self._started = True
+            job = jobs_by_id.get(trace.job_id)
+            states.append(job)
+            if job is None:
+                continue  # rejected on arrival
+            job.submit_time = initial.submit_time
+            if job.measured and initial.submit_time < out.first_submit:
+                out.first_submit = initial.submit_time
+            job.done0 = initial.done_s
+            job.executed_time = initial.executed_time
+            job.attained_service = initial.attained_service
+            job.first_start_time = initial.first_start_time
+            job.longest_wait_s = initial.longest_wait_s
+            job.preemptions = initial.preemptions
+            if initial.status is _HELD_STATUS:
+                continue  # offered to admission in the first round, as any arrival
+            if self._new and self._new[-1] is job:
+                self._new.pop()
+            else:
+                self._new.remove(job)
+            job.status = _QUEUED_STATUS
+            job.admit_time = initial.admit_time if initial.admit_time is not None else 0.0
+            job.queued_since = initial.queued_since if initial.queued_since is not None else 0.0
+            self.active[job.job_id] = job
+            if self._keyed is not None:
+                self._keyed.push(job, 0.0)
+            if initial.status is _RUNNING_STATUS and self._can_hold(initial.gpus):
+                job.queued_since = None
+                costs = job.costs
+                job.costs = replace(costs, restore_s=0.0, relaunch_s=0.0)  # it goes on: no resume
+                try:
+                    self._launch(job, initial.gpus, 0.0)
+                finally:
+                    job.costs = costs
+        return states
+
+    def _can_hold(self, gpus: tuple[int, ...]) -> bool:
+        cluster = self.cluster
+        return (
+            bool(gpus)
+            and len(set(gpus)) == len(gpus)
+            and all(0 <= g < cluster.total_gpus and cluster.is_free(g) for g in gpus)
+        )
 
     # --- main loop ----------------------------------------------------------------------------
     def run(self) -> Outcome:
+        self._ran = True
         with _fewer_collections():
             return self._run()
 
@@ -213,6 +309,11 @@ class Simulator:
         now = 0.0
         loops = 0
         bar = self._progress
+        if self._started:  # jobs arrived at 0 (start_from): the round they trigger, as in the loop
+            if self._on_arrival or self._timer:
+                round_at = 0.0
+            elif config.fill_between_rounds:
+                self._round(0.0, fill_only=True)
         # Hot loop: attributes that never change are read once (``active``, ``_jobs``, ``_running``
         # and ``_events`` are never rebound; ``_held`` and ``_new`` are, so they are read each time).
         active = self.active

@@ -9,7 +9,8 @@ Three objects:
 * :class:`Synthesis`, the decision: the combination running now (one of
   :data:`~services.scheduler.policies.synthesizer.CANDIDATES`), the round count, and every
   ``every`` rounds the forward simulation of all candidates from the current snapshot
-  (:mod:`roundhouse.sim.forward`) followed by :func:`~services.scheduler.policies.synthesizer.choose_best`
+  (:mod:`services.scheduler.policies.candidates`, each run by :mod:`services.core.simulation.forward`)
+  followed by :func:`~services.scheduler.policies.synthesizer.choose_best`
   (tie rules there: the running combination stays when tied).
 * :class:`SynthesizerScheduling` (registered ``synthesizer`` in ``SCHEDULING``): each ``rank`` is one
   round; it lets the decision synthesize when due, then ranks with the current scheduling policy.
@@ -56,7 +57,7 @@ Choices where Blox is silent, and why:
 * **Failures**: if the snapshot cannot be simulated (a live job without ``expected_duration_s``),
   the current combination stays and the reason is recorded (``Synthesis.history``); an empty
   cluster (no jobs) is not simulated and nothing changes.
-* **Metrics**: those :mod:`roundhouse.sim.forward` measures (``avg_jct_s`` default,
+* **Metrics**: those :mod:`services.core.simulation.forward` measures (``avg_jct_s`` default,
   ``avg_responsiveness_s``, ``p95_jct_s``, ``makespan_s``), all minimized.
 """
 
@@ -69,12 +70,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from roundhouse.sim import forward
 from services.core.costs import CostModel
 from services.core.decisions import Admission, Ranking
 from services.core.protocols import AdmissionPolicy, SchedulingPolicy, Trigger
 from services.core.registry import ADMISSION, SCHEDULING
+from services.core.simulation import forward
 from services.core.state import ClusterState, JobState
+from services.scheduler.policies.candidates import simulate_candidates
 from services.scheduler.policies.synthesizer import (
     CANDIDATES,
     METRICS,
@@ -139,11 +141,12 @@ class Synthesis:
         self.settings = forward.ForwardSettings(
             round_s=round_s,
             horizon_s=horizon_s,
-            placement=placement,
-            placement_options=tuple(sorted(dict(placement_options or {}).items())),
             costs=CostModel.free() if free_preemption else CostModel(),
             triggers=SynthesizerScheduling.triggers,
         )
+        self.placement = placement
+        """The placement policy of every forward run (by name, with ``placement_options``)."""
+        self.placement_options: dict[str, Any] = dict(placement_options or {})
         self.current: Combination = by_label[initial]
         self.rounds = 0
         self.last_synthesis: float | None = None
@@ -206,7 +209,13 @@ class Synthesis:
         if not snapshot.jobs:
             self._record(now, previous, skipped="no jobs to simulate")
             return previous
-        results = forward.simulate(snapshot, settings=self.settings, workers=self.workers)
+        results = simulate_candidates(
+            snapshot,
+            settings=self.settings,
+            placement=self.placement,
+            placement_options=self.placement_options,
+            workers=self.workers,
+        )
         values = {c: r.metric(self.metric) for c, r in results.items()}
         self.current = choose_best(values, metric=self.metric, current=previous, rel_tolerance=self.rel_tolerance)
         self._record(

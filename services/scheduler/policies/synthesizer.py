@@ -13,9 +13,9 @@ This module is the decision half only:
 * :func:`choose_best`: given each combination's metric from the forward simulations, the one to run.
 
 The forward simulation of every combination from the current state is
-:mod:`roundhouse.sim.forward`; the registered ``synthesizer`` scheduling and admission policies
-that run it every ``every`` rounds and switch to :func:`choose_best`'s pick are in
-:mod:`services.scheduler.policies.synthesis`.
+:mod:`services.scheduler.policies.candidates` (each run by :mod:`services.core.simulation.forward`);
+the registered ``synthesizer`` scheduling and admission policies that run it every ``every``
+rounds and switch to :func:`choose_best`'s pick are in :mod:`services.scheduler.policies.synthesis`.
 
 Tie-breaking (Blox is silent), in this order:
 

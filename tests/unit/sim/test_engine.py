@@ -14,9 +14,16 @@ from schemas.job import JobClass
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.costs import CostModel, ModelCosts
 from services.core.protocols import Trigger
-from services.core.simulation.engine import GC_GEN0_THRESHOLD, Outcome, SimConfig, Simulator
+from services.core.simulation.engine import (
+    GC_GEN0_THRESHOLD,
+    InitialJob,
+    Outcome,
+    SimConfig,
+    SimulationError,
+    Simulator,
+)
 from services.core.simulation.workload import TraceJob, WorkloadError
-from services.core.state import ClusterState
+from services.core.state import ClusterState, JobStatus
 
 FREE = CostModel.free()
 
@@ -294,3 +301,41 @@ def test_an_elastic_job_gets_the_free_gpus_optimus_gives_it() -> None:
     # Capped by max_gpus: 2 of the 4 GPUs.
     capped = simulate([tj(0, 0.0, 1000.0, max_gpus=2)], per_node=4, scheduler="optimus")
     assert list(capped.jct) == [pytest.approx(1000.0 / 2**0.8)]
+
+
+def test_start_from_a_state_running_waiting_held_and_rejected() -> None:
+    # Two GPUs on one node, FIFO with 100 s rounds. At 0 the system holds: a, running on GPU 0 with
+    # 300 of 1000 s done (700 s left, no restore: it goes on, ends at 700); b, running on GPU 0 too
+    # (taken by a, so it waits); c, waiting; d, held (offered to admission at the first round); e,
+    # needing 4 GPUs (rejected on arrival). The round at 0 starts b (submitted before c) on GPU 1:
+    # it ends at 200; c starts on it at the round at 200 and ends at 300, d at 300 and ends at 400.
+    sim = Simulator(
+        [],
+        ClusterState.uniform(1, 2),
+        admission=ADMISSION.create("accept-all"),
+        scheduling=SCHEDULING.create("fifo"),
+        placement=PLACEMENT.create("consolidated"),
+        config=SimConfig(round_s=100.0, costs=CostModel(), debug=True),
+    )
+    states = sim.start_from([
+        InitialJob(trace=tj(0, 0.0, 1000.0), status=JobStatus.RUNNING, submit_time=-500.0, done_s=300.0,
+                   executed_time=300.0, attained_service=300.0, gpus=(0,), first_start_time=-300.0),
+        InitialJob(trace=tj(1, 0.0, 200.0), status=JobStatus.RUNNING, submit_time=-400.0, gpus=(0,)),
+        InitialJob(trace=tj(2, 0.0, 100.0), status=JobStatus.QUEUED, submit_time=-50.0, queued_since=-50.0),
+        InitialJob(trace=tj(3, 0.0, 100.0), status=JobStatus.HELD, submit_time=-10.0),
+        InitialJob(trace=tj(4, 0.0, 100.0, gpus=4), status=JobStatus.QUEUED, submit_time=-5.0),
+    ])
+    assert states[4] is None
+    a, b, c, d = (s for s in states if s is not None)
+    assert [(s.status, s.gpus) for s in (a, b, c, d)] == [
+        (JobStatus.RUNNING, (0,)), (JobStatus.QUEUED, ()), (JobStatus.QUEUED, ()), (JobStatus.HELD, ())
+    ]
+    out = sim.run()
+    assert (out.rejected, out.completed) == (1, 4)
+    assert [(s.finish_time, s.first_start_time) for s in (a, b, c, d)] == [
+        (700.0, -300.0), (200.0, 0.0), (300.0, 200.0), (400.0, 300.0)
+    ]
+    assert a.lost_gpu_s == 0.0  # it went on, it was not resumed
+    assert c.longest_wait_s == 250.0
+    with pytest.raises(SimulationError, match="before run"):
+        sim.start_from([])

@@ -8,21 +8,15 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from roundhouse.sim.forward import (
-    ForwardSettings,
-    MissingDurationError,
-    Snapshot,
-    forward_simulate,
-    simulate,
-    take_snapshot,
-)
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.costs import CostModel
 from services.core.decisions import Ranking
 from services.core.protocols import SchedulingPolicy, Trigger
 from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.forward import ForwardSettings, MissingDurationError, Snapshot, take_snapshot
 from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState, JobState, JobStatus
+from services.scheduler.policies.candidates import forward_simulate, simulate_candidates
 from services.scheduler.policies.synthesizer import CANDIDATES, Combination
 from tests.unit.policies.builders import assert_unchanged, cluster, frozen, job, jobs_of
 
@@ -130,8 +124,8 @@ def test_forward_case(case: Case) -> None:
     )
     assert_unchanged(before, jobs, state)
     assert [(j.job_id, j.status) for j in case.held] == held_before
+    assert list(results) == [candidate]
     result = results[candidate]
-    assert result.combination == candidate
     assert result.jobs == len(case.jobs) + len(case.held)
     for key, value in case.expect.items():
         assert getattr(result, key) == pytest.approx(value), key
@@ -150,7 +144,7 @@ def test_snapshot_orders_by_submit_time_and_keeps_real_ids() -> None:
         ("zeta", 2, "2", JobStatus.QUEUED),
     ]
     alpha = snap.jobs[0]
-    assert (alpha.submit_s, alpha.first_start_s, alpha.remaining_s, alpha.gpus) == (-90, -90, 280, (0,))
+    assert (alpha.submit_time, alpha.first_start_time, alpha.remaining_s, alpha.gpus) == (-90, -90, 280, (0,))
     assert all(fj.trace.arrival_s == 0 for fj in snap.jobs)
 
 
@@ -165,7 +159,6 @@ def test_admission_variants_share_a_run_without_held_jobs_but_not_with() -> None
     results = forward_simulate(jobs, cluster(1, 1), 0.0, settings=FREE)
     assert list(results) == list(CANDIDATES)
     for c in CANDIDATES:
-        assert results[c].combination == c
         assert results[c].avg_jct_s == results[BY_LABEL[f"{c.scheduling}+accept-all"]].avg_jct_s
     assert results[BY_LABEL["srtf+accept-all"]].avg_jct_s < results[BY_LABEL["fifo+accept-all"]].avg_jct_s
 
@@ -175,8 +168,8 @@ def test_parallel_workers_give_the_same_results() -> None:
     held = [job("h", duration=900, seq=9, submit=9, status=JobStatus.HELD)]
     snap = take_snapshot(jobs, cluster(1, 2), 10.0, held=held)
     picked = [BY_LABEL["fifo+accept-all"], BY_LABEL["las+accept-1.2x"]]
-    one = simulate(snap, candidates=picked, workers=1)
-    two = simulate(snap, candidates=picked, workers=2)
+    one = simulate_candidates(snap, candidates=picked, workers=1)
+    two = simulate_candidates(snap, candidates=picked, workers=2)
     assert one == two
 
 
@@ -219,7 +212,7 @@ def test_forward_from_a_simulator_snapshot_reproduces_the_rest_of_the_run(schedu
     assert len(capture.snapshot.jobs) == len(WORKLOAD)
     assert original.completed == len(WORKLOAD)
     candidate = Combination(scheduler, "accept-all")
-    result = simulate(capture.snapshot, candidates=[candidate], settings=ForwardSettings())[candidate]
+    result = simulate_candidates(capture.snapshot, candidates=[candidate], settings=ForwardSettings())[candidate]
     assert result.finished == len(WORKLOAD)
     assert result.avg_jct_s == pytest.approx(math.fsum(original.jct) / len(original.jct), abs=1e-6)
     assert result.avg_responsiveness_s == pytest.approx(
@@ -233,4 +226,4 @@ def test_settings_reject_bad_values() -> None:
     with pytest.raises(ValueError, match="horizon_s"):
         ForwardSettings(horizon_s=-1)
     with pytest.raises(ValueError, match="workers"):
-        simulate(take_snapshot({}, cluster(1, 1), 0.0), workers=0)
+        simulate_candidates(take_snapshot({}, cluster(1, 1), 0.0), workers=0)

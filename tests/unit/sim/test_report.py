@@ -7,8 +7,9 @@ from array import array
 
 import pytest
 
-from roundhouse.sim.report import format_table, percentile, summarize
+from roundhouse.sim.report import format_table, summarize
 from services.core.simulation.engine import Outcome
+from services.core.simulation.stats import percentile
 
 
 @pytest.mark.parametrize(

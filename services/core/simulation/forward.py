@@ -1,24 +1,26 @@
-"""Forward simulation from a snapshot: what each candidate policy combination would do from *now* on.
+"""Forward simulation from a snapshot: what a set of policies would do from *now* on.
 
 Blox §5.2's automatic scheduler synthesizer: "every ten rounds ... we run a simulation in parallel for
 all possible combinations with the same cluster setup and the available jobs on the cluster ... We
-use this simulation to collect the metrics of importance". This module is that simulation:
+use this simulation to collect the metrics of importance". This module is that simulation, for one
+set of policies; the synthesizer runs it for each candidate combination
+(``services.scheduler.policies.candidates``). It is pure (virtual clock, no I/O), so a policy in a
+live service can call it:
 
 1. :func:`take_snapshot` copies what matters of the active jobs (running and waiting), the jobs held
    by admission, and the cluster's shape into plain, picklable values (:class:`Snapshot`); it reads
-   its inputs only.
-2. :func:`simulate` runs one fresh :class:`~services.core.simulation.engine.Simulator` per candidate
-   combination (:class:`~services.scheduler.policies.synthesizer.Combination`) on that snapshot, in
-   parallel processes with ``workers > 1``, and returns each candidate's metrics
-   (:class:`ForwardResult`); :func:`forward_simulate` does both steps.
+   its inputs only. It takes a live owner's ``JobState`` objects (the scheduler's book) as well as
+   the simulator's own.
+2. :func:`simulate` runs a fresh :class:`~services.core.simulation.engine.Simulator` with the given
+   policy objects from that snapshot (``Simulator.start_from``) and returns the metrics of the
+   snapshot's jobs (:class:`ForwardResult`).
 
 How the snapshot becomes a simulation (choices where Blox is silent, and why):
 
 * **Clock.** Simulated time 0 is the snapshot's ``now``; every time of a job (submit, first start,
-  queued since) is stored relative to ``now`` (so mostly negative). The simulator replays the jobs
-  as arrivals at t=0 (the engine requires arrivals >= 0) and the forward simulator then restores
-  each job's true relative submit time, so JCT and responsiveness come out on the real clock:
-  JCT = finish - submit, including the time the job already spent before the snapshot.
+  queued since) is stored relative to ``now`` (so mostly negative), and JCT and responsiveness come
+  out on the real clock: JCT = finish - submit, including the time the job already spent before the
+  snapshot.
 * **Remaining work.** A job's total work is ``work_s`` and its work done ``done_s`` when the snapshot
   comes from the simulator (``SimJobState``: exact, in the job's standalone seconds, whatever its
   placement rate was); from a live scheduler it is ``spec.expected_duration_s`` and
@@ -32,45 +34,37 @@ How the snapshot becomes a simulation (choices where Blox is silent, and why):
   see the same order as in the snapshot. The engine names jobs ``str(index)``;
   :attr:`ForwardJob.job_id` keeps the real id.
 * **Running jobs keep running** on the GPUs they hold at t=0, with no restore cost (they are not
-  being resumed); the candidate's first round at t=0 may then preempt them like any round would,
-  paying the checkpoint cost. A running job whose GPUs are unknown to the snapshot's cluster, or
-  already taken by an earlier job (packing), starts out waiting instead. Waiting jobs are
-  admitted; held jobs are offered to the candidate's admission policy in the first round.
+  being resumed); the first round at t=0 may then preempt them like any round would, paying the
+  checkpoint cost. A running job whose GPUs are unknown to the snapshot's cluster, or already taken
+  by an earlier job (packing), starts out waiting instead. Waiting jobs are admitted; held jobs are
+  offered to the admission policy in the first round.
 * **What is simulated**: the jobs of the snapshot only, no future arrivals (Blox: "the available
   jobs on the cluster"), until all of them finish (``horizon_s=None``, Blox) or for ``horizon_s``
   seconds. A job still unfinished at the horizon (or stuck: rejected, or stalled) counts as
   finishing at the horizon (at the end of the simulation if there is none): a lower bound of its
-  JCT, so a candidate that leaves work undone is not rewarded for it. Its responsiveness is
-  censored the same way if it never started.
-* **Round triggers**: ``ForwardSettings.triggers`` overrides the candidates' own (the synthesizer
-  passes its own, timer rounds only, so the forward run of e.g. SRTF behaves as SRTF would under the
-  synthesizer; None keeps each policy's triggers).
+  JCT, so policies that leave work undone are not rewarded for it. Its responsiveness is censored
+  the same way if it never started.
+* **Round triggers**: ``ForwardSettings.triggers`` overrides the scheduling policy's own (the
+  synthesizer passes its own, timer rounds only, so the forward run of e.g. SRTF behaves as SRTF
+  would under the synthesizer; None keeps the policy's triggers).
 * **Costs**: the same :class:`~services.core.costs.CostModel` as any simulation (default costs).
-
-The engine exposes no public way to start from a state other than empty, so
-:class:`_ForwardSimulator` hooks the engine's arrival step (``Simulator._arrive``) to restore each
-job's state right after it arrives at t=0; a public "initial state" entry point in the engine would
-make that hook unnecessary.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from roundhouse.sim.report import percentile
 from services.core.costs import CostModel
 from services.core.decisions import Ranking
-from services.core.protocols import SchedulingPolicy, Trigger
-from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
-from services.core.simulation.engine import SimConfig, Simulator
+from services.core.protocols import AdmissionPolicy, PlacementPolicy, SchedulingPolicy, Trigger
+from services.core.simulation.engine import InitialJob, SimConfig, Simulator
 from services.core.simulation.jobs import SimJobState
+from services.core.simulation.stats import percentile
 from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState, Gpu, JobState, JobStatus, Node
-from services.scheduler.policies.synthesizer import CANDIDATES, Combination
 
 
 class MissingDurationError(ValueError):
@@ -83,26 +77,14 @@ class MissingDurationError(ValueError):
         self.job_ids = tuple(ids)
 
 
-@dataclass(frozen=True, slots=True)
-class ForwardJob:
-    """One job of a snapshot as plain values; times are relative to the snapshot's ``now``."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardJob(InitialJob):
+    """One job of a snapshot as plain values: the engine's ``InitialJob`` (times relative to the
+    snapshot's ``now``; ``trace`` has the simulator's index, arrival 0 and ``duration_s`` = total
+    work) with the job's real id."""
 
     job_id: str
     """The job's real id (the simulator calls it ``trace.job_id``, its index)."""
-    trace: TraceJob
-    """What the simulator replays: index, arrival 0, ``duration_s`` = total work."""
-    status: JobStatus
-    """RUNNING, QUEUED (admitted, waiting) or HELD (not admitted yet)."""
-    done_s: float
-    executed_s: float
-    attained_service: float
-    submit_s: float
-    gpus: tuple[int, ...] = ()
-    first_start_s: float | None = None
-    admit_s: float | None = None
-    queued_since_s: float | None = None
-    longest_wait_s: float = 0.0
-    preemptions: int = 0
 
     @property
     def remaining_s(self) -> float:
@@ -158,13 +140,13 @@ def _forward_job(job: JobState, index: int, status: JobStatus, now: float) -> Fo
         trace=record,
         status=status,
         done_s=done,
-        executed_s=job.executed_time,
+        executed_time=job.executed_time,
         attained_service=job.attained_service,
-        submit_s=job.submit_time - now,
+        submit_time=job.submit_time - now,
         gpus=tuple(job.gpus) if status is JobStatus.RUNNING else (),
-        first_start_s=_relative(job.first_start_time, now),
-        admit_s=_relative(job.admit_time, now),
-        queued_since_s=_relative(job.queued_since, now),
+        first_start_time=_relative(job.first_start_time, now),
+        admit_time=_relative(job.admit_time, now),
+        queued_since=_relative(job.queued_since, now),
         longest_wait_s=job.longest_wait_s,
         preemptions=job.preemptions,
     )
@@ -205,17 +187,15 @@ def take_snapshot(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ForwardSettings:
-    """How each candidate is simulated (the same for all of them)."""
+    """How a snapshot is simulated (picklable: a caller may run simulations in other processes)."""
 
     round_s: float = 300.0
     """Round length (Blox: 300 s); the forward run's rounds fall at now, now + round_s, ..."""
     horizon_s: float | None = None
     """Simulate this long; None (Blox) until every job of the snapshot has finished."""
-    placement: str = "consolidated"
-    placement_options: tuple[tuple[str, Any], ...] = ()
     costs: CostModel = field(default_factory=CostModel)
     triggers: Trigger | None = None
-    """Round triggers for every candidate; None keeps each scheduling policy's own."""
+    """Round triggers of the scheduling policy (``Retriggered``); None keeps the policy's own."""
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -228,9 +208,8 @@ class ForwardSettings:
 
 @dataclass(frozen=True, slots=True)
 class ForwardResult:
-    """One candidate's forward run: metrics over the snapshot's jobs, on the real clock."""
+    """One forward run: metrics over the snapshot's jobs, on the real clock."""
 
-    combination: Combination
     avg_jct_s: float
     p95_jct_s: float
     avg_responsiveness_s: float
@@ -273,70 +252,30 @@ class Retriggered:
         return getattr(self._base, name)
 
 
-class _ForwardSimulator(Simulator):
-    """A simulator whose jobs, all arriving at t=0, resume the state they had in the snapshot."""
+def simulate(
+    snapshot: Snapshot,
+    *,
+    admission: AdmissionPolicy,
+    scheduling: SchedulingPolicy,
+    placement: PlacementPolicy,
+    settings: ForwardSettings | None = None,
+) -> ForwardResult:
+    """Run these policies forward from ``snapshot`` (module doc) and measure the snapshot's jobs.
 
-    def __init__(self, snapshot: Snapshot, **kwargs: Any) -> None:
-        self._forward = {fj.trace.job_id: fj for fj in snapshot.jobs}
-        self.states: dict[str, SimJobState] = {}
-        super().__init__([fj.trace for fj in snapshot.jobs], snapshot.cluster(), **kwargs)
-
-    def _arrive(self, trace: TraceJob, t: float) -> None:
-        super()._arrive(trace, t)
-        job = self._jobs.get(trace.job_id)
-        if job is None:
-            return  # rejected on arrival (needs more GPUs than the cluster has): censored
-        fj = self._forward[trace.job_id]
-        self.states[trace.job_id] = job
-        job.submit_time = fj.submit_s
-        job.done0 = fj.done_s
-        job.executed_time = fj.executed_s
-        job.attained_service = fj.attained_service
-        job.first_start_time = fj.first_start_s
-        job.longest_wait_s = fj.longest_wait_s
-        job.preemptions = fj.preemptions
-        if fj.status is JobStatus.HELD:
-            return  # offered to the candidate's admission in the first round
-        if self._new and self._new[-1] is job:
-            self._new.pop()
-        else:
-            self._new.remove(job)
-        job.status = JobStatus.QUEUED
-        job.admit_time = fj.admit_s if fj.admit_s is not None else t
-        job.queued_since = fj.queued_since_s if fj.queued_since_s is not None else t
-        self.active[job.job_id] = job
-        if self._keyed is not None:
-            self._keyed.push(job, t)
-        if fj.status is JobStatus.RUNNING and self._can_hold(fj.gpus):
-            job.queued_since = None
-            costs = job.costs
-            job.costs = replace(costs, restore_s=0.0, relaunch_s=0.0)  # it keeps running: no resume
-            try:
-                self._launch(job, fj.gpus, t)
-            finally:
-                job.costs = costs
-
-    def _can_hold(self, gpus: tuple[int, ...]) -> bool:
-        cluster = self.cluster
-        return (
-            bool(gpus)
-            and len(set(gpus)) == len(gpus)
-            and all(0 <= g < cluster.total_gpus and cluster.is_free(g) for g in gpus)
-        )
-
-
-def simulate_one(snapshot: Snapshot, candidate: Combination, settings: ForwardSettings) -> ForwardResult:
-    """Run ``candidate`` forward from ``snapshot`` (one process; see :func:`simulate`)."""
-    scheduling: SchedulingPolicy = SCHEDULING.create(candidate.scheduling)
+    The policies must be fresh objects (a policy may keep state between rounds); the snapshot is
+    not changed, so one snapshot serves any number of runs."""
+    settings = settings or ForwardSettings()
     if settings.triggers is not None:
         scheduling = Retriggered(scheduling, settings.triggers)  # type: ignore[assignment]
-    simulator = _ForwardSimulator(
-        snapshot,
-        admission=ADMISSION.create(candidate.admission, **candidate.admission_kwargs()),
+    simulator = Simulator(
+        (),
+        snapshot.cluster(),
+        admission=admission,
         scheduling=scheduling,
-        placement=PLACEMENT.create(settings.placement, **dict(settings.placement_options)),
+        placement=placement,
         config=SimConfig(round_s=settings.round_s, max_time_s=settings.horizon_s, costs=settings.costs),
     )
+    states = simulator.start_from(snapshot.jobs)
     out = simulator.run()
     censor = settings.horizon_s if settings.horizon_s is not None else out.end_time
     jct: list[float] = []
@@ -344,8 +283,7 @@ def simulate_one(snapshot: Snapshot, candidate: Combination, settings: ForwardSe
     finished = 0
     preemptions = 0
     last = 0.0
-    for fj in snapshot.jobs:
-        job = simulator.states.get(fj.trace.job_id)
+    for fj, job in zip(snapshot.jobs, states, strict=True):
         if job is not None:
             preemptions += job.preemptions - fj.preemptions
         if job is not None and job.status is JobStatus.COMPLETED and job.finish_time is not None:
@@ -354,14 +292,12 @@ def simulate_one(snapshot: Snapshot, candidate: Combination, settings: ForwardSe
         else:
             end = censor
         first = job.first_start_time if job is not None else None
-        jct.append(end - fj.submit_s)
-        responsiveness.append((first if first is not None and first <= end else end) - fj.submit_s)
+        jct.append(end - fj.submit_time)
+        responsiveness.append((first if first is not None and first <= end else end) - fj.submit_time)
         last = max(last, end)
     jct.sort()
     count = len(jct)
-
     return ForwardResult(
-        combination=candidate,
         avg_jct_s=math.fsum(jct) / count if count else math.nan,
         p95_jct_s=percentile(jct, 95),
         avg_responsiveness_s=math.fsum(responsiveness) / count if count else math.nan,
@@ -374,58 +310,6 @@ def simulate_one(snapshot: Snapshot, candidate: Combination, settings: ForwardSe
     )
 
 
-def _simulate_packed(args: tuple[Snapshot, Combination, ForwardSettings]) -> ForwardResult:
-    return simulate_one(*args)
-
-
-def simulate(
-    snapshot: Snapshot,
-    *,
-    candidates: Sequence[Combination] = CANDIDATES,
-    settings: ForwardSettings | None = None,
-    workers: int = 1,
-) -> dict[Combination, ForwardResult]:
-    """Every candidate's forward run from ``snapshot``, in candidate order; up to ``workers``
-    processes (Blox runs them in parallel; 1 runs them here, one after another)."""
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    settings = settings or ForwardSettings()
-    distinct = _distinct_runs(snapshot, candidates)
-    runs = list(dict.fromkeys(distinct.values()))
-    if workers == 1 or len(runs) <= 1:
-        results = [simulate_one(snapshot, c, settings) for c in runs]
-    else:
-        with ProcessPoolExecutor(max_workers=min(workers, len(runs))) as pool:
-            results = list(pool.map(_simulate_packed, [(snapshot, c, settings) for c in runs]))
-    by_run = {r.combination: r for r in results}
-    return {c: replace(by_run[distinct[c]], combination=c) for c in candidates}
-
-
-def _distinct_runs(snapshot: Snapshot, candidates: Sequence[Combination]) -> dict[Combination, Combination]:
-    """For each candidate, the candidate whose run stands for it. Without held jobs the admission
-    policy is never consulted (a forward run has no arrivals after t=0), so candidates that differ
-    only in admission give the same run, bit for bit: one run per scheduling policy suffices."""
-    if any(fj.status is JobStatus.HELD for fj in snapshot.jobs):
-        return {c: c for c in candidates}
-    first: dict[str, Combination] = {}
-    return {c: first.setdefault(c.scheduling, c) for c in candidates}
-
-
-def forward_simulate(
-    jobs: Mapping[str, JobState],
-    cluster: ClusterState,
-    now: float,
-    *,
-    held: Sequence[JobState] = (),
-    candidates: Sequence[Combination] = CANDIDATES,
-    settings: ForwardSettings | None = None,
-    workers: int = 1,
-) -> dict[Combination, ForwardResult]:
-    """:func:`take_snapshot` then :func:`simulate`: each candidate's metrics from this state on."""
-    snapshot = take_snapshot(jobs, cluster, now, held=held)
-    return simulate(snapshot, candidates=candidates, settings=settings, workers=workers)
-
-
 __all__ = [
     "FORWARD_METRICS",
     "ForwardJob",
@@ -434,8 +318,6 @@ __all__ = [
     "MissingDurationError",
     "Retriggered",
     "Snapshot",
-    "forward_simulate",
     "simulate",
-    "simulate_one",
     "take_snapshot",
 ]
