@@ -12,6 +12,7 @@ docstrings); the random ones add combinations nobody thought of, from fixed seed
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -293,6 +294,6 @@ BUILDERS: dict[str, Callable[[], Scenario]] = {
     "full-4x2-te": full_with_te,
     "elastic-links": elastic_links,
     "two-switches": two_switches,
-    **{f"random-{seed}": (lambda seed=seed: random_scenario(seed)) for seed in range(6)},
+    **{f"random-{seed}": functools.partial(random_scenario, seed) for seed in range(6)},
 }
 """Scenario name -> a function that builds it fresh (each test gets its own objects)."""
