@@ -30,9 +30,11 @@ ENTRY_POINT_GROUP: Final = "roundhouse.policies"
 class UnknownPolicyError(LookupError):
     """A policy name that is not registered; the message lists the valid ones."""
 
-    def __init__(self, kind: str, name: str, valid: list[str]) -> None:
-        hint = "" if valid else f" (no package declares policies in entry-point group {ENTRY_POINT_GROUP!r}: " \
-            "is roundhouse installed? `pip install -e .` in a source tree)"
+    def __init__(self, kind: str, name: str, valid: list[str], *, group: str | None = None) -> None:
+        hint = ""
+        if not valid and group is not None:
+            hint = (f" (no package declares policies in entry-point group {group!r}: is roundhouse installed? "
+                    "`pip install -e .` in a source tree)")
         super().__init__(f"unknown {kind} policy {name!r}; valid: {', '.join(valid) or '(none)'}{hint}")
         self.kind = kind
         self.name = name
@@ -109,7 +111,7 @@ class Registry(Generic[T]):
         try:
             factory = self._factories[name]
         except KeyError:
-            raise UnknownPolicyError(self.kind, name, self.names()) from None
+            raise UnknownPolicyError(self.kind, name, self.names(), group=self._group) from None
         return factory(**options)
 
     def check(self, name: str, options: Mapping[str, Any], *, label: str = "options") -> None:
