@@ -8,9 +8,14 @@ round's snapshot costs memory reads, not a 20,000-row query. Each transition is 
 the book last wrote (``expected_version``), so a deposed leader's late write fails with
 ``StaleWriteError`` instead of overwriting its successor's.
 
+Transitions (admit, launch, suspend or requeue, finish) and progress are ``services.core.lifecycle``'s,
+the very functions the simulator applies to its jobs: the book records each one (``into=Changes()``)
+to write it to the store, and applies the recorded values to the job when ``Change.commit()`` runs.
+
 Attained service (Tiresias' GPU-seconds, what LAS ranks by): a running job's stored value is the
 service it had when its lease started; ``refresh(now)`` adds ``gpus x (now - last_start_time)``
-for the snapshot, and a release folds the same amount into the stored value.
+for the snapshot, and a release folds the same amount into the stored value
+(``lifecycle.progress``).
 
 Restore: ``refresh(now)`` also sets a running job's ``resumed_at`` (``resume.py``): its run's first
 reported progress, bounded by ``launch + restore_allowance_s``, so time-slicing policies keep a job
@@ -31,9 +36,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from schemas.job import JobSpec
 from schemas.leases import RevokeReason
+from services.core import lifecycle
+from services.core.lifecycle import Changes
 from services.core.state import JobState, JobStatus
 from services.runtime.store import (
     InsertJobs,
@@ -44,6 +52,7 @@ from services.runtime.store import (
     UpsertLeases,
     WriteOp,
 )
+from services.runtime.store.records import JOB_CHANGE_FIELDS
 from services.scheduler.leases import Lease
 from services.scheduler.resume import DEFAULT_RESTORE_ALLOWANCE_S, resumed_at
 from services.scheduler.topology import Topology, UnknownGpuError
@@ -111,6 +120,26 @@ class Change:
                     setattr(state, key, value)
 
         self.then(effect)
+
+    def transition(self, entry: JobEntry, record: Changes, extra: JobChanges | None = None) -> None:
+        """A lifecycle transition of ``entry``'s job, recorded with ``into=record``
+        (``services.core.lifecycle``), plus ``extra`` columns written with it: the fields the store
+        keeps are written, and on commit every recorded field is applied to the job (``gpus`` too,
+        which the store does not keep)."""
+        fields = record.fields()
+        memory = {key: value for key, value in fields.items() if key not in JOB_CHANGE_FIELDS}
+        changes = cast(JobChanges, {key: value for key, value in fields.items() if key in JOB_CHANGE_FIELDS})
+        if extra:
+            changes.update(extra)
+        self.update_job(entry, changes)
+        if memory:
+            state = entry.state
+
+            def effect() -> None:
+                for key, value in memory.items():
+                    setattr(state, key, value)
+
+            self.then(effect)
 
     def put_lease(self, lease: Lease, state: LeaseState, deadline: float | None = None) -> None:
         rows = lease.records(state)
@@ -245,10 +274,10 @@ class JobBook:
             if entry.lease is not lease or state.status is not JobStatus.RUNNING:
                 continue
             start = state.last_start_time if state.last_start_time is not None else now
-            dt = max(0.0, now - start)
-            state.attained_service = entry.service0 + lease.gpu_count * dt
+            lifecycle.progress(
+                state, now, since=start, service0=entry.service0, executed0=entry.executed0, gpus=lease.gpu_count
+            )
             state.run_start_service = entry.service0
-            state.executed_time = entry.executed0 + dt
             state.resumed_at = resumed_at(start, lease.progress_at, restore_allowance_s)
             try:
                 state.gpus = topology.lease_gpus(lease)
@@ -305,7 +334,9 @@ class JobBook:
             raise JobNotArrivedError(f"job {job_id!r} was accepted before its job.arrived was applied")
         change = Change()
         if entry.state.status is JobStatus.HELD:
-            change.update_job(entry, {"status": JobStatus.QUEUED, "admit_time": now, "queued_since": now})
+            record = Changes()
+            lifecycle.admit(entry.state, now, into=record)
+            change.transition(entry, record)
             self._touch(change, entry)
         return change
 
@@ -321,7 +352,9 @@ class JobBook:
         change = Change()
         if entry is not None and entry.state.status is JobStatus.HELD:
             entry.reason = reason
-            change.update_job(entry, {"status": JobStatus.REJECTED, "finish_time": now})
+            record = Changes()
+            lifecycle.finish(entry.state, JobStatus.REJECTED, now, into=record)
+            change.transition(entry, record)
             self._touch(change, entry)
         return change
 
@@ -348,8 +381,12 @@ class JobBook:
             change.then(lambda: setattr(entry, "reason", message))
         lease = entry.lease
         if lease is None:
-            change.update_job(entry, {"status": status, "finish_time": now, "queued_since": None, **(extra or {})})
+            record = Changes()
+            lifecycle.finish(entry.state, status, now, into=record)
+            change.transition(entry, record, extra)
         else:
+            # Its final status now, so that no round ranks it again; it finishes when its run stops
+            # (``release`` keeps this status and records the finish time).
             change.update_job(entry, {"status": status, **(extra or {})})
             if lease.state is LeaseState.GRANTED:
                 self._revoking(change, lease, reason, grace_deadline)
@@ -363,9 +400,9 @@ class JobBook:
             return None
         change = Change()
         # Its run is gone with whatever it did past the checkpoint: it resumes from there.
-        changes: JobChanges = {"status": JobStatus.QUEUED, "queued_since": now}
-        changes.update(self._rewind(entry.checkpoint_path, entry.checkpoint_iteration))
-        change.update_job(entry, changes)
+        record = Changes()
+        lifecycle.suspend(entry.state, now, preempted=False, into=record)
+        change.transition(entry, record, self._rewind(entry.checkpoint_path, entry.checkpoint_iteration))
         self._touch(change, entry)
         return change
 
@@ -396,14 +433,8 @@ class JobBook:
         if entry is None or entry.state.status is not JobStatus.QUEUED or entry.lease is not None:
             return None
         state = entry.state
-        waited = now - state.queued_since if state.queued_since is not None else 0.0
-        changes: JobChanges = {
-            "status": JobStatus.RUNNING,
-            "last_start_time": now,
-            "queued_since": None,
-            "first_start_time": state.first_start_time if state.first_start_time is not None else now,
-            "longest_wait_s": max(state.longest_wait_s, waited),
-        }
+        record = Changes()
+        lifecycle.launch(state, now, into=record)  # its GPUs come with the next ``refresh``
         change = Change()
         change.put_lease(lease, LeaseState.GRANTED)
         previous_wait = state.queued_since
@@ -417,7 +448,7 @@ class JobBook:
             entry.requeued_since = previous_wait
 
         change.then(attach)
-        change.update_job(entry, changes)
+        change.transition(entry, record)
         self._touch(change, entry)
         return change
 
@@ -465,11 +496,12 @@ class JobBook:
         entry = self.jobs[lease.job_id]
         state = entry.state
         start = state.last_start_time if state.last_start_time is not None else lease.granted_at
-        dt = max(0.0, at - start)
-        changes: JobChanges = {
-            "attained_service": entry.service0 + lease.gpu_count * dt,
-            "executed_time": entry.executed0 + dt,
-        }
+        record = Changes()
+        lifecycle.progress(
+            state, at, since=start, service0=entry.service0, executed0=entry.executed0, gpus=lease.gpu_count,
+            into=record,
+        )
+        changes: JobChanges = {}
         # A job already completed (its work done under an earlier lease) keeps that run's progress:
         # the checkpoint of a re-run stopped after it is older.
         behind = state.status is JobStatus.COMPLETED and iterations is not None and iterations < state.iterations_done
@@ -482,27 +514,21 @@ class JobBook:
             changes["iterations_done"] = iterations
         status = final if final is not None else state.status
         if status.is_final:
-            changes["status"] = status
-            changes["finish_time"] = state.finish_time if state.finish_time is not None else at
+            lifecycle.finish(state, status, at, into=record)
         else:
-            changes["status"] = JobStatus.QUEUED
-            changes["queued_since"] = at
+            lifecycle.suspend(state, at, preempted=count_preemption, into=record)
             if checkpoint is None:  # no fact (a lost run), or one without a checkpoint: the old one
                 changes.update(self._rewind(entry.checkpoint_path, entry.checkpoint_iteration))
             else:
                 changes.update(self._rewind(checkpoint, checkpoint_iteration))
-            if count_preemption:
-                changes["preemptions"] = state.preemptions + 1
-                changes["last_preempt_time"] = at
         change = Change()
         change.put_lease(lease, LeaseState.RELEASED)
         self._detach(change, entry, lease)
-        change.update_job(entry, changes)
+        change.transition(entry, record, changes)
 
         def fold() -> None:
             entry.service0 = state.attained_service
             entry.executed0 = state.executed_time
-            state.gpus = ()
 
         change.then(fold)
         self._touch(change, entry)
@@ -543,13 +569,15 @@ class JobBook:
         change = Change()
         if entry is None or entry.state.status.is_final or entry.lease is not None:
             return change
-        changes: JobChanges = {"status": status, "finish_time": at, "queued_since": None}
+        record = Changes()
+        lifecycle.finish(entry.state, status, at, into=record)
+        changes: JobChanges = {}
         if checkpoint is not None:
             changes["checkpoint_path"] = checkpoint
             changes["checkpoint_iteration"] = None  # a completion or failure does not say
         if iterations is not None:
             changes["iterations_done"] = iterations
-        change.update_job(entry, changes)
+        change.transition(entry, record, changes)
         self._touch(change, entry)
         return change
 

@@ -5,7 +5,9 @@ so it sits below the services: a policy can simulate forward from a live snapsho
 synthesizer, ``services.scheduler.policies.synthesis``) without importing ``roundhouse``. What users
 touch around it (workload generators, trace readers, reports, the CLI, sweeps) is ``roundhouse.sim``.
 
-* :class:`Simulator` (``engine``): one workload on one cluster with one set of policies.
+* :class:`Simulator` (``engine``): one workload on one cluster with one set of policies; its jobs'
+  transitions are ``services.core.lifecycle``'s, as the scheduler's. ``Simulator.start_from`` starts
+  it from a state; ``forward`` simulates from a live snapshot (Blox §5.2).
 * :class:`TraceJob` (``workload``): what a workload replays; :class:`SimJobState` (``jobs``): a
   ``JobState`` whose progress follows the simulated clock; ``loss``: modelled loss curves;
   ``invariants``: the checks of a debug run.

@@ -6,7 +6,12 @@ timer (every ``round_s``, on the grid 0, round_s, 2*round_s, ... as in Blox) and
 policy's ``triggers`` ask for it (or ``SimConfig.extra_triggers``), right after an arrival or a
 completion. A round is ``admit -> rank -> place -> plan diff`` with the very policy objects the
 services use, then the plan is applied: suspensions first (checkpoint cost), then launches
-(restore + relaunch cost for resumed jobs), as modelled in ``services.core.costs``.
+(restore + relaunch cost for resumed jobs), as modelled in ``services.core.costs``. Each job's
+transitions (admit, launch, suspend, finish) are ``services.core.lifecycle``'s, the functions the
+scheduler's job book applies to live jobs.
+
+Starting from a state instead of an empty cluster: ``Simulator.start_from`` (forward simulation from
+a snapshot, ``services.core.simulation.forward``).
 
 Fast paths (see ``services.core.protocols``): with a sort-keyed scheduling policy the ranking is
 kept incrementally (``services.core.ordering.KeyedOrder``); with a ``keeps_running`` placement policy
@@ -31,6 +36,10 @@ from typing import Protocol
 from services.core.costs import CostModel
 from services.core.decisions import Plan
 from services.core.fill import fill_only_plan, fill_only_ranking
+from services.core.lifecycle import admit as admit_job
+from services.core.lifecycle import finish as finish_job
+from services.core.lifecycle import launch as launch_job
+from services.core.lifecycle import suspend as suspend_job
 from services.core.ordering import KeyedOrder
 from services.core.protocols import (
     AdmissionPolicy,
@@ -50,7 +59,6 @@ from services.core.state import ClusterState, JobState, JobStatus
 
 INF = math.inf
 _RUNNING_STATUS = JobStatus.RUNNING
-_QUEUED_STATUS = JobStatus.QUEUED
 _COMPLETED_STATUS = JobStatus.COMPLETED
 _HELD_STATUS = JobStatus.HELD
 NO_TRIGGERS = Trigger(0)
@@ -268,9 +276,11 @@ class Simulator:
                 self._new.pop()
             else:
                 self._new.remove(job)
-            job.status = _QUEUED_STATUS
-            job.admit_time = initial.admit_time if initial.admit_time is not None else 0.0
-            job.queued_since = initial.queued_since if initial.queued_since is not None else 0.0
+            admit_job(job, 0.0)  # with the admission time and wait it had, if known
+            if initial.admit_time is not None:
+                job.admit_time = initial.admit_time
+            if initial.queued_since is not None:
+                job.queued_since = initial.queued_since
             self.active[job.job_id] = job
             if self._keyed is not None:
                 self._keyed.push(job, 0.0)
@@ -440,8 +450,7 @@ class Simulator:
         out = self.out
         if job.status is _RUNNING_STATUS:
             self._release(job, t, checkpoint=False)
-        job.status = status
-        job.finish_time = t
+        finish_job(job, status, t)
         job_id = job.job_id
         del self.active[job_id]
         del self._jobs[job_id]
@@ -470,8 +479,7 @@ class Simulator:
             self._measured_done()
 
     def _reject(self, job: SimJobState, t: float, reason: str) -> None:
-        job.status = JobStatus.REJECTED
-        job.finish_time = t
+        finish_job(job, JobStatus.REJECTED, t)
         del self._jobs[job.job_id]
         self.out.rejected += 1
         if job.measured:
@@ -531,20 +539,10 @@ class Simulator:
         # checkpoint holds twice, and responsiveness ended before the job could run.
         job.alloc_since = start
         version = job.version = job.version + 1
-        job.status = _RUNNING_STATUS
-        job.gpus = gpus
+        launch_job(job, t, gpus, start)  # decided at ``t``, first started at ``start``
         rate = 1.0 if n == 1 and job.gpus_requested == 1 else self._rate(job, gpus)
         productive_from = start + overhead
         job.start_line(productive_from, rate)
-        if job.first_start_time is None:
-            job.first_start_time = start
-        job.last_start_time = t
-        since = job.queued_since
-        if since is not None:
-            waited = t - since
-            if waited > job.longest_wait_s:  # noqa: PLR1730
-                job.longest_wait_s = waited
-            job.queued_since = None
         self._running[job_id] = job
         if self._keyed is not None:
             self._keyed.mark_running(job)
@@ -589,16 +587,12 @@ class Simulator:
         # Negative if stopped before it had its GPUs: that takes back the idle hold counted at launch.
         out.busy_gpu_s += (hold_until - job.alloc_since) * n
         del self._running[job_id]
-        job.gpus = ()
-        job.rate = 0.0
+        job.rate = 0.0  # its ``gpus`` go with the transition that follows (suspend or finish)
         job.version += 1
 
     def _suspend(self, job: SimJobState, t: float) -> None:
         self._release(job, t, checkpoint=True)
-        job.status = _QUEUED_STATUS
-        job.queued_since = t
-        job.preemptions += 1
-        job.last_preempt_time = t
+        suspend_job(job, t)
         if self._keyed is not None:
             self._keyed.push(job, t)
 
@@ -665,9 +659,7 @@ class Simulator:
         return self._apply(plan, t)
 
     def _admit(self, job: JobState, t: float) -> None:
-        job.status = _QUEUED_STATUS
-        job.admit_time = t
-        job.queued_since = t
+        admit_job(job, t)
         self.active[job.job_id] = job
         if self._keyed is not None:
             self._keyed.push(job, t)
