@@ -1,12 +1,13 @@
 """One scheduling round through NATS: 10,000 fake GPUs, 20,000 queued jobs, LAS + consolidated.
 
-Everything is real except the workers' processes and the placement service: a bundled nats-server,
-a SQLite store, the scheduler service (``services.scheduler.service``) leading its term, fake
-workers for 1,250 nodes x 8 GPUs answering lease commands over NATS (``services.scheduler.fakes``),
-and the placement policy run in-process on the round's snapshot (``InlinePlacement``) until the
-placement service exists.
+Everything is real except the workers' processes: a bundled nats-server, a SQLite store, the
+scheduler service (``services.scheduler.service``) leading its term, the placement service
+(``services.placement.service``; with ``--via-service`` as its own process, ``python -m
+services.placement``, as deployed; otherwise in the scheduler's process on its own connection), and
+fake workers for 1,250 nodes x 8 GPUs answering lease commands over NATS (``tests.fake_workers``).
+Each round carries its snapshot to placement: the first in full, the next ones as deltas.
 
-Rounds measured, each with its breakdown (snapshot, rank, publish, placement, apply):
+Rounds measured, each with its breakdown (snapshot, rank, encode, publish, placement, apply):
 
 * **fill**: the first round: 20,000 queued jobs (a size mix of 1/2/4/8 GPUs, attained service from
   earlier runs spread over 0..100,000 GPU-s) and 10,000 free GPUs: thousands of grants;
@@ -18,20 +19,23 @@ Rounds measured, each with its breakdown (snapshot, rank, publish, placement, ap
 Baseline printed beside it: the snapshot read from the store (``Store.active_jobs()``) instead of
 the leader's in-memory book.
 
-    python -m benchmarks.round [--nodes 1250] [--gpus-per-node 8] [--jobs 20000] [--rounds 5]
+    python -m benchmarks.round [--via-service] [--json FILE] [--nodes 1250] [--gpus-per-node 8]
+                               [--jobs 20000] [--rounds 5]
 
-Target (issue 4): a steady round <= 250 ms.
+Target (issues 4 and 11): a steady round <= 250 ms (``steady_median_ms`` in the JSON).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import multiprocessing
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -42,14 +46,15 @@ from schemas.job import JobSpec
 from schemas.jobs import JobAccepted, JobArrived
 from schemas.subjects import JOB_ACCEPTED, JOB_ARRIVED
 from services.core.state import JobStatus
+from services.placement.service import PlacementConfig, PlacementService
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus, BusOptions
 from services.runtime.consumer import ConsumerOptions
 from services.runtime.store import JobRecord, SetMeta, Store
 from services.scheduler.config import SchedulerConfig
-from services.scheduler.fakes import FakeWorkers, InlinePlacement
 from services.scheduler.inventory import META_KEY, Inventory
 from services.scheduler.service import RoundTimings, SchedulerService
+from tests.fake_workers import FakeWorkers
 
 TARGET_S = 0.250
 SIZES = (1, 1, 1, 1, 1, 1, 1, 2, 2, 4, 8)
@@ -111,18 +116,32 @@ def _queued(service: SchedulerService, job_id: str) -> bool:
     return entry is not None and entry.state.status is JobStatus.QUEUED
 
 
-def _line(name: str, t: RoundTimings, place_s: float) -> str:
-    total = t.snapshot + t.rank + t.publish + t.placement + t.apply
+def _total(t: RoundTimings) -> float:
+    return t.snapshot + t.rank + t.encode + t.publish + t.placement + t.apply
+
+
+def _line(name: str, t: RoundTimings) -> str:
     return (
-        f"{name:<8} total {total * 1e3:8.1f} ms | snapshot {t.snapshot * 1e3:6.1f} | rank {t.rank * 1e3:6.1f} | "
-        f"publish {t.publish * 1e3:6.1f} | placement {t.placement * 1e3:7.1f} (policy {place_s * 1e3:6.1f}) | "
+        f"{name:<8} total {_total(t) * 1e3:8.1f} ms | snapshot {t.snapshot * 1e3:6.1f} | rank {t.rank * 1e3:6.1f} | "
+        f"encode {t.encode * 1e3:6.1f} | publish {t.publish * 1e3:6.1f} | placement {t.placement * 1e3:7.1f} | "
         f"apply {t.apply * 1e3:8.1f} (revoke {t.revoke * 1e3:.0f}, wait {t.wait * 1e3:.0f}, grant {t.grant * 1e3:.0f})"
         f" | cpu {t.cpu * 1e3:6.1f} | grants acked after {t.grants_acked * 1e3:6.1f}"
         f" | launched {t.launched:5d} suspended {t.suspended:4d}"
     )
 
 
-async def run(nodes_count: int, gpus_per_node: int, jobs: int, rounds: int, arrivals: int) -> int:
+async def _placement_process(url: str, namespace: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.placement", "--nats", url, "--namespace", namespace,
+        "--policy", "consolidated", "--log-level", "ERROR",
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+async def run(
+    nodes_count: int, gpus_per_node: int, jobs: int, rounds: int, arrivals: int, *, via_service: bool,
+    json_path: str | None,
+) -> int:
     logging.basicConfig(level=logging.ERROR)
     rng = random.Random(4)
     nodes = {f"node-{i:05d}": gpus_per_node for i in range(nodes_count)}
@@ -148,15 +167,23 @@ async def run(nodes_count: int, gpus_per_node: int, jobs: int, rounds: int, arri
         )  # fmt: skip
         service = SchedulerService(config, consumer_options=ConsumerOptions(fetch_timeout_s=0.05))
         bus = await Bus.connect(broker.url, name="scheduler", options=BusOptions(namespace=namespace))
-        placement = InlinePlacement(bus, service, "consolidated")
-        await placement.start()
+        placement: PlacementService | None = None
+        child_placement: asyncio.subprocess.Process | None = None
+        if via_service:
+            child_placement = await _placement_process(broker.url, namespace)
+        else:
+            placement = PlacementService(PlacementConfig(nats=broker.url, namespace=namespace, policy="consolidated"))
+            placement_bus = await Bus.connect(broker.url, name="placement", options=BusOptions(namespace=namespace))
+            await placement.start(placement_bus)
         await service.start(bus)
         if not await _until(lambda: service.rounds_run >= 1 and service.timings.grants_acked > 0, 120):
             print("the fill round did not complete in 120 s")
             return 1
         print(f"cluster: {nodes_count} nodes x {gpus_per_node} GPUs = {nodes_count * gpus_per_node} GPUs; "
-              f"{jobs} queued jobs; scheduling las, placement consolidated (in-process)")  # fmt: skip
-        print(_line("fill", service.timings, placement.place_s))
+              f"{jobs} queued jobs; scheduling las, placement consolidated "
+              f"({'its own process' if via_service else 'in-process'})")  # fmt: skip
+        fill_ms = _total(service.timings) * 1e3
+        print(_line("fill", service.timings))
         running = sum(1 for e in service.book.jobs.values() if e.state.status is JobStatus.RUNNING)
         print(f"         after fill: {running} running, {len(service.book.active) - running} waiting, "
               f"{service.build_snapshot(time.time())[1].free_gpu_count} GPUs free")  # fmt: skip
@@ -174,19 +201,35 @@ async def run(nodes_count: int, gpus_per_node: int, jobs: int, rounds: int, arri
             service.request_round()
             await _until(lambda: service.rounds_run > before and service.timings.grants_acked > 0, 60)  # noqa: B023
             t = service.timings
-            steady.append(t.snapshot + t.rank + t.publish + t.placement + t.apply)
+            steady.append(_total(t))
             steady_cpu.append(t.cpu)
-            print(_line(f"steady{r}", t, placement.place_s))
+            print(_line(f"steady{r}", t))
         median = statistics.median(steady)
-        print(f"steady round CPU of the scheduler process (with the in-process placement) median "
+        print(f"steady round CPU of the scheduler process{'' if via_service else ' (with the placement)'} median "
               f"{statistics.median(steady_cpu) * 1e3:.1f} ms; host load average {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} CPUs")  # fmt: skip
         print(f"steady round median {median * 1e3:.1f} ms (target <= {TARGET_S * 1e3:.0f} ms): "
               f"{'MET' if median <= TARGET_S else 'MISSED'}")  # fmt: skip
         print(f"baseline: snapshot read from the store instead of the book: {baseline_snapshot * 1e3:.0f} ms "
               f"({baseline_snapshot / max(service.timings.snapshot, 1e-9):.0f}x the book's)")  # fmt: skip
-        await placement.stop()
+        stats = service.stats()
+        if json_path is not None:
+            await asyncio.to_thread(Path(json_path).write_text, json.dumps({
+                "via_service": via_service, "gpus": nodes_count * gpus_per_node, "jobs": jobs,
+                "fill_ms": round(fill_ms, 1), "steady_ms": [round(x * 1e3, 1) for x in steady],
+                "steady_median_ms": round(median * 1e3, 1),
+                "steady_cpu_median_ms": round(statistics.median(steady_cpu) * 1e3, 1),
+                "baseline_snapshot_ms": round(baseline_snapshot * 1e3, 1),
+                "plans_resynced": stats["plans_resynced"], "plans_timed_out": stats["plans_timed_out"],
+                "target_ms": TARGET_S * 1e3, "met": median <= TARGET_S,
+                "load_average": os.getloadavg()[0], "cpus": os.cpu_count(),
+            }, indent=2) + "\n")  # fmt: skip
         await service.stop()
+        if placement is not None:
+            await placement.stop()
+        if child_placement is not None:
+            child_placement.terminate()
+            await child_placement.wait()
         done.set()
         child.join(10)
         for b in (bus, client):
@@ -201,8 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--arrivals", type=int, default=100)
+    parser.add_argument("--via-service", action="store_true", help="run placement as its own process")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     args = parser.parse_args(argv)
-    return asyncio.run(run(args.nodes, args.gpus_per_node, args.jobs, args.rounds, args.arrivals))
+    return asyncio.run(run(args.nodes, args.gpus_per_node, args.jobs, args.rounds, args.arrivals,
+                           via_service=args.via_service, json_path=args.json))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -33,7 +33,16 @@ from schemas.jobs import (
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason, WorldInfo
 from schemas.metrics import GpuSample, JobMetrics, NodeMetrics
 from schemas.nodes import GpuInventory, GpuLink, HeldLease, LeaseState, NodeHeartbeat, NodeRegister
-from schemas.rounds import NodeGpus, PlacementPlan, RoundTrigger, ScheduleRound
+from schemas.rounds import (
+    NodeGpus,
+    PlacementPlan,
+    PolicySpec,
+    RoundSnapshot,
+    RoundTrigger,
+    ScheduleRound,
+    SnapshotJob,
+    SnapshotNode,
+)
 
 __all__ = ["EXAMPLE_TS", "example", "examples", "examples_by_model"]
 
@@ -46,6 +55,39 @@ M = TypeVar("M", bound=WireModel)
 
 def _eid(name: str) -> uuid.UUID:
     return uuid.uuid5(_NS, name)
+
+
+def _policy_spec_full() -> PolicySpec:
+    return PolicySpec(
+        name="resnet-trial", user="alice", gpus=2, max_gpus=4, cpus=8.0, memory_gb=64.0, job_class=JobClass.TE,
+        priority=5, grace_period_s=60.0, max_preemptions=3, model="resnet50", expected_iterations=10_000,
+        expected_duration_s=600.0, loss_target=0.05,
+    )  # fmt: skip
+
+
+def _snapshot_job_full() -> SnapshotJob:
+    return SnapshotJob(
+        job_id="job-0002", spec=_policy_spec_full(), submit_time=EXAMPLE_TS - 900, seq=2, running=True,
+        gpus=[NodeGpus(node_id="node-03", gpus=[0])], admit_time=EXAMPLE_TS - 899,
+        first_start_time=EXAMPLE_TS - 890, last_start_time=EXAMPLE_TS - 600, resumed_at=EXAMPLE_TS - 590,
+        last_preempt_time=EXAMPLE_TS - 700, longest_wait_s=9.0, service0=290.0, executed0=290.0,
+        iterations_done=1200, preemptions=1, loss=0.42, loss_history=[(EXAMPLE_TS - 60, 0.42)], iteration_time_s=0.25,
+    )  # fmt: skip
+
+
+def _snapshot_full() -> RoundSnapshot:
+    return RoundSnapshot(
+        version=311, base=310, now=EXAMPLE_TS,
+        nodes=[SnapshotNode(node_id="node-03", gpus=[0, 1, 2, 3], gpu_type="NVIDIA H100 80GB HBM3", cpus=64,
+                            memory_gb=512)],
+        jobs=[
+            SnapshotJob(job_id="job-0003", submit_time=EXAMPLE_TS - 5, seq=3, admit_time=EXAMPLE_TS - 5,
+                        queued_since=EXAMPLE_TS - 5),
+            _snapshot_job_full(),
+        ],
+        removed=["job-0008"],
+        held={"job-0009": [NodeGpus(node_id="node-03", gpus=[2, 3])]},
+    )
 
 
 def _spec_full() -> JobSpec:
@@ -243,6 +285,9 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
             gpu_targets={"job-0001": 16},
             terminate={"job-0009": "converged: loss plateaued for 20 epochs"},
             preempt=False,
+            fill_only=True,
+            to="placement-7f3a",
+            snapshot=_snapshot_full(),
         ),
         ScheduleRound(epoch=0, round=0, state_version=0, ranked=[]),
     ),
@@ -263,6 +308,12 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
             },
             suspend=["job-0002"],
             terminate={"job-0009": "converged: loss plateaued for 20 epochs"},
+            instance="placement-7f3a",
+        ),
+        PlacementPlan(round=43, state_version=1338, epoch=7, instance="placement-7f3a", resync=True),
+        PlacementPlan(
+            round=44, state_version=1338, epoch=7, instance="placement-7f3a",
+            error="the round ranks 1 job(s) its snapshot lacks: job-0010",
         ),
         PlacementPlan(round=0, state_version=0, epoch=0),
     ),
@@ -438,6 +489,17 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
                                            status="queued", gpus=1, submit_time=0.0)),
     JobsReply: lambda: (JobsReply(jobs=[_job_view()], truncated=True, epoch=7), JobsReply(epoch=0)),
     NodeGpus: lambda: (NodeGpus(node_id="node-01", gpus=[0, 1, 2, 3]), NodeGpus(node_id="n", gpus=[0])),
+    PolicySpec: lambda: (_policy_spec_full(), PolicySpec(name="j")),
+    SnapshotNode: lambda: (
+        SnapshotNode(node_id="node-03", gpus=[0, 1], gpu_type="a100", cpus=64, memory_gb=512),
+        SnapshotNode(node_id="n", gpus=[0]),
+    ),
+    SnapshotJob: lambda: (
+        _snapshot_job_full(),
+        SnapshotJob(job_id="job-0003", submit_time=EXAMPLE_TS - 5, seq=3, queued_since=EXAMPLE_TS - 5),
+        SnapshotJob(job_id="j", submit_time=0.0, seq=0),
+    ),
+    RoundSnapshot: lambda: (_snapshot_full(), RoundSnapshot(version=0, now=0.0)),
     GpuSample: lambda: (
         GpuSample(
             index=3,

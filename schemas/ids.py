@@ -24,6 +24,9 @@ JobId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, 
 NodeId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=TOKEN_PATTERN)]
 """A worker node's id (stable across agent restarts, usually the short hostname); a subject token."""
 
+InstanceId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=TOKEN_PATTERN)]
+"""A service instance as a subject token (a placement instance's ``schedule.round.<instance>``)."""
+
 LeaseId = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS, pattern=TOKEN_PATTERN)]
 """A lease's id, assigned by the scheduler; unique per grant (a re-launch gets a new lease)."""
 

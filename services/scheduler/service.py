@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import nats.errors
 from nats.aio.subscription import Subscription
 
 from schemas.control import JobsQuery, JobsReply
@@ -44,6 +45,7 @@ from schemas.leases import LeaseAckError, RevokeReason
 from schemas.nodes import NodeHeartbeat, NodeRegister
 from schemas.rounds import PlacementPlan, RoundTrigger, ScheduleRound
 from schemas.subjects import (
+    ANY_PLACEMENT,
     JOB_ACCEPTED,
     JOB_ARRIVED,
     JOB_CANCEL,
@@ -58,13 +60,14 @@ from schemas.subjects import (
     NODE_REGISTER,
     PLACEMENT_PLAN,
     QUERY_JOBS,
-    SCHEDULE_ROUND,
+    schedule_round,
 )
 from services.core.decisions import Plan, Ranking
-from services.core.fill import fill_only_ranking
 from services.core.protocols import SchedulingPolicy
 from services.core.registry import SCHEDULING
-from services.core.state import ClusterState, JobState, JobStatus
+from services.core.round import rank_step
+from services.core.snapshot import SnapshotWriter
+from services.core.state import UNAVAILABLE, ClusterState, JobState, JobStatus
 from services.runtime.bus import Bus
 from services.runtime.config import ServiceConfig
 from services.runtime.consumer import ConsumerHandler, ConsumerOptions, DurableConsumer
@@ -119,6 +122,8 @@ class RoundTimings:
     round: int = 0
     snapshot: float = 0.0
     rank: float = 0.0
+    encode: float = 0.0
+    """Building the round's snapshot message (a delta against what placement holds)."""
     publish: float = 0.0
     placement: float = 0.0
     apply: float = 0.0
@@ -137,8 +142,8 @@ class RoundTimings:
     dropped: int = 0
 
     def as_dict(self) -> dict[str, float]:
-        names = ("round", "snapshot", "rank", "publish", "placement", "apply", "revoke", "wait", "grant", "cpu",
-                 "grants_acked", "launched", "suspended", "dropped")  # fmt: skip
+        names = ("round", "snapshot", "rank", "encode", "publish", "placement", "apply", "revoke", "wait", "grant",
+                 "cpu", "grants_acked", "launched", "suspended", "dropped")  # fmt: skip
         return {k: getattr(self, k) for k in names}
 
 
@@ -200,6 +205,9 @@ class SchedulerService(RoundhouseService):
         self.rounds_run = 0
         self.plans_stale = 0
         self.plans_timed_out = 0
+        self.plans_resynced = 0
+        self._snapshots = SnapshotWriter()
+        """What the placement instance we talk to holds (rounds carry their snapshot, as deltas)."""
         self._lock = asyncio.Lock()
         self._arriving: dict[str, asyncio.Future[None]] = {}
         """job.arrived commits queued but not landed yet, by job id."""
@@ -251,6 +259,8 @@ class SchedulerService(RoundhouseService):
             "nodes": len(self.inventory),
             "plans_stale": self.plans_stale,
             "plans_timed_out": self.plans_timed_out,
+            "plans_resynced": self.plans_resynced,
+            "placement_peer": self._snapshots.peer,
             "last_round": self.timings.as_dict(),
         }
 
@@ -273,6 +283,7 @@ class SchedulerService(RoundhouseService):
         self._round_no = last.round_number if last is not None else 0
         self._topology = None
         self._cluster = None
+        self._snapshots.forget()
         executor = LeaseExecutor(
             bus, epoch=epoch, is_current=self._is_current,
             request_timeout_s=self.cfg.request_timeout_s, grant_attempts=self.cfg.grant_attempts,
@@ -790,6 +801,11 @@ class SchedulerService(RoundhouseService):
             except Exception:
                 log.exception("round failed")
 
+    def _run_start(self, job_id: str) -> tuple[float, float]:
+        """A running job's attained service and executed seconds when its current run began."""
+        entry = self.book.entry(job_id)
+        return (entry.service0, entry.executed0) if entry is not None else (0.0, 0.0)
+
     def _current_topology(self) -> Topology:
         if self._topology is None or self._topology.version != self.inventory.version:
             self._topology = Topology(self.inventory.live(), self.inventory.version)
@@ -813,6 +829,11 @@ class SchedulerService(RoundhouseService):
                 current[job_id] = topology.lease_gpus(lease)
             except UnknownGpuError:
                 continue
+        draining = [info for info in topology.infos if info.draining]
+        if draining:  # their free GPUs are held by a marker, so no policy places work there
+            taken = {g for gpus in current.values() for g in gpus}
+            current[UNAVAILABLE] = tuple(g for info in draining for g in topology.to_global(info.node_id, info.gpus)
+                                         if g not in taken)  # fmt: skip
         for job_id, gpus in list(assigned.items()):
             if current.get(job_id) != gpus:
                 cluster.release(job_id, gpus)
@@ -847,9 +868,7 @@ class SchedulerService(RoundhouseService):
             return None
         jobs = dict(self.book.active)
         t1 = time.perf_counter()
-        ranking = self.policy.rank(jobs, cluster, now)
-        if fill_only:
-            ranking = fill_only_ranking(ranking, jobs)
+        ranking = rank_step(self.policy, jobs, cluster, now, fill_only=fill_only)
         ranked = list(ranking.order)
         t2 = time.perf_counter()
         self._round_no += 1
@@ -858,32 +877,64 @@ class SchedulerService(RoundhouseService):
         timings.round = number
         self.snapshot = RoundSnapshot(number, term.epoch, version, now, ranking, jobs, cluster, topology)
         self._last_ranked = (number, ranked)
-        future: asyncio.Future[PlacementPlan] = asyncio.get_running_loop().create_future()
-        term.pending_plan = (number, version, future)
-        # Built without re-validating 20,000 ids: every one came from a validated event (the codec
-        # checks this message again on the placement side).
-        message = ScheduleRound.model_construct(
-            epoch=term.epoch, round=number, state_version=version, trigger=trigger, policy=self.policy.name,
-            ranked=ranked, gpu_targets=dict(ranking.gpu_targets), terminate=dict(ranking.terminate),
-            preempt=ranking.preempt,
-        )  # fmt: skip
-        t3 = time.perf_counter()
-        await self.bus.publish(SCHEDULE_ROUND, message)
-        t4 = time.perf_counter()
-        try:
-            plan = await asyncio.wait_for(future, self.cfg.plan_timeout_s)
-        except TimeoutError:
-            self.plans_timed_out += 1
-            log.warning("no placement.plan for round %d within %.1f s", number, self.cfg.plan_timeout_s)
+        held = {job_id: gpus for job_id, gpus in self._assigned.items()
+                if (state := jobs.get(job_id)) is None or not state.is_running}  # fmt: skip
+        plan: PlacementPlan | None = None
+        t3 = t4 = time.perf_counter()
+        for _ in range(2):  # a delta the instance cannot apply is sent again in full, once
+            writer = self._snapshots
+            snapshot = writer.encode(
+                now=now, jobs=jobs, run_start=self._run_start, nodes=topology.infos, to_local=topology.to_local,
+                held=held,
+            )  # fmt: skip
+            peer = writer.peer
+            # Built without re-validating 20,000 ids: every one came from a validated event (the codec
+            # checks this message again on the placement side).
+            message = ScheduleRound.model_construct(
+                epoch=term.epoch, round=number, state_version=version, trigger=trigger, policy=self.policy.name,
+                ranked=ranked, gpu_targets=dict(ranking.gpu_targets), terminate=dict(ranking.terminate),
+                preempt=ranking.preempt, fill_only=fill_only, to=peer or ANY_PLACEMENT, snapshot=snapshot,
+            )  # fmt: skip
+            future: asyncio.Future[PlacementPlan] = asyncio.get_running_loop().create_future()
+            term.pending_plan = (number, version, future)
+            t3 = time.perf_counter()
+            try:
+                await self.bus.publish(schedule_round(peer or ANY_PLACEMENT), message)
+            except nats.errors.MaxPayloadError:
+                writer.forget()
+                term.pending_plan = None
+                log.error("round %d: its snapshot (%d jobs sent) is over the broker's max_payload; raise "
+                          "max_payload in the NATS server configuration", number, len(snapshot.jobs))  # fmt: skip
+                return None
+            t4 = time.perf_counter()
+            try:
+                plan = await asyncio.wait_for(future, self.cfg.plan_timeout_s)
+            except TimeoutError:
+                self.plans_timed_out += 1
+                writer.forget()  # the instance may be gone: the next round goes to any, in full
+                log.warning("no placement.plan for round %d within %.1f s", number, self.cfg.plan_timeout_s)
+                return None
+            finally:
+                term.pending_plan = None
+            if not plan.resync:
+                break
+            self.plans_resynced += 1
+            writer.forget()
+            plan = None
+        if plan is None:
             return None
-        finally:
-            term.pending_plan = None
+        if plan.error is not None or plan.instance is None:
+            self._snapshots.forget()
+            log.warning("placement refused round %d: %s", number, plan.error or "no instance named")
+            return None
+        self._snapshots.acknowledged(plan.instance, snapshot.version)
         t5 = time.perf_counter()
         # Snapshot to plan: what a round costs (the revoke waits after it are idle time).
         term.timer.ran(t5 - t0)
         if fill_only and plan.suspend:
-            # A placement policy that suspends anyway: without its suspensions, launches onto GPUs
-            # they would free (and moves) fail validation below and are dropped with a reason.
+            # Placement keeps only fill launches in a fill round (core/fill.py); a plan that suspends
+            # anyway loses its suspensions, and launches onto GPUs they would free (and moves) then
+            # fail validation below and are dropped with a reason.
             log.info("fill round %d: dropped %d suspensions", number, len(plan.suspend))
             plan = plan.model_copy(update={"suspend": []})
         valid = validate_plan(plan, self.book, self.inventory, dict(ranking.gpu_targets))
@@ -894,7 +945,8 @@ class SchedulerService(RoundhouseService):
         t6 = time.perf_counter()
         timings.cpu = time.process_time() - cpu0
         timings.snapshot = t1 - t0
-        timings.rank = (t2 - t1) + (t3 - t2)
+        timings.rank = t2 - t1
+        timings.encode = t3 - t2
         timings.publish = t4 - t3
         timings.placement = t5 - t4
         timings.apply = t6 - t5

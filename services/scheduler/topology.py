@@ -21,15 +21,18 @@ class UnknownGpuError(LookupError):
 class Topology:
     """The live nodes' GPUs with their global ids."""
 
-    __slots__ = ("_global", "_gpus", "_local", "_nodes", "version")
+    __slots__ = ("_global", "_gpus", "_local", "_nodes", "infos", "version")
 
     def __init__(self, nodes: Iterable[NodeInfo], version: int = 0) -> None:
         self.version = version
+        self.infos: list[NodeInfo] = []
+        """The nodes, in the order their GPUs are numbered (what a round's snapshot sends)."""
         self._nodes: list[Node] = []
         self._gpus: list[Gpu] = []
         self._global: dict[str, dict[int, int]] = {}
         self._local: list[tuple[str, int]] = []
         for info in nodes:
+            self.infos.append(info)
             start = len(self._gpus)
             ids = tuple(range(start, start + len(info.gpus)))
             self._nodes.append(

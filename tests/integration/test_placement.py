@@ -1,5 +1,6 @@
-"""The placement service against a real nats-server: per-node plans, preemption, liveness, replay
-after a restart, and the service as a child process (``python -m services.placement``)."""
+"""The placement service against a real nats-server: it places each round on the snapshot the round
+carries (full, then deltas to its own subject), names GPUs per node, refuses a bad round at once with
+the reason, and runs as a child process (``python -m services.placement``)."""
 
 from __future__ import annotations
 
@@ -7,33 +8,20 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from schemas.job import JobSpec
-from schemas.jobs import JobArrived, JobCompleted, JobStarted, JobSuspended, SuspendReason
-from schemas.nodes import NodeHeartbeat
-from schemas.rounds import NodeGpus, PlacementPlan, ScheduleRound
+from schemas.rounds import PlacementPlan, ScheduleRound
+from schemas.subjects import schedule_round
 from services.placement.service import PlacementConfig, PlacementService
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus
-from tests.helpers import eventually, fake_node
+from tests.round_builders import NOW, NodeInfo, Owner, job
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def arrived(job_id: str, gpus: int) -> JobArrived:
-    return JobArrived(job_id=job_id, spec=JobSpec(name=job_id, command=["python", "train.py"], gpus=gpus))
-
-
-def started(job_id: str, node_id: str, gpus: list[int], lease: str | None = None) -> JobStarted:
-    return JobStarted(job_id=job_id, lease_id=lease or f"lease-{job_id}", node_id=node_id, epoch=1, gpus=gpus)
-
-
-def round_of(ranked: list[str], number: int = 1, **extra: object) -> ScheduleRound:
-    return ScheduleRound(round=number, state_version=number, epoch=1, ranked=ranked, **extra)
 
 
 class Plans:
@@ -41,21 +29,31 @@ class Plans:
 
     def __init__(self) -> None:
         self.got: list[PlacementPlan] = []
+        self.arrived = asyncio.Event()
 
     async def __call__(self, plan: PlacementPlan) -> None:
         self.got.append(plan)
+        self.arrived.set()
 
     async def answer(self, bus: Bus, round_: ScheduleRound, timeout_s: float = 10.0) -> PlacementPlan:
-        """Publish ``round_`` (again, until answered: a just-started service may miss the first)."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
+        """Publish ``round_`` where the scheduler would (its peer's subject for a delta) and wait for
+        the plan; a just-started child process may miss the first, so a full round is re-sent."""
+        subject = schedule_round(round_.to)
+        deadline = time.monotonic() + timeout_s
         while True:
-            await bus.publish("schedule.round", round_)
-            for _ in range(25):
+            await bus.publish(subject, round_)
+            resend_at = time.monotonic() + 0.5
+            while time.monotonic() < resend_at:
                 for plan in self.got:
-                    if plan.round == round_.round and plan.state_version == round_.state_version:
+                    if (plan.round, plan.state_version) == (round_.round, round_.state_version):
                         return plan
-                await asyncio.sleep(0.02)
-            if asyncio.get_running_loop().time() > deadline:
+                self.arrived.clear()
+                with_timeout = max(0.0, resend_at - time.monotonic())
+                try:
+                    await asyncio.wait_for(self.arrived.wait(), with_timeout)
+                except TimeoutError:
+                    break
+            if time.monotonic() > deadline:
                 raise AssertionError(f"no plan for round {round_.round}")
 
 
@@ -73,113 +71,108 @@ def config(broker: Broker, namespace: str, **extra: object) -> PlacementConfig:
 @pytest.fixture
 async def service(broker: Broker, bus: Bus, namespace: str) -> AsyncIterator[PlacementService]:
     svc = PlacementService(config(broker, namespace))
+    await svc.start(bus)
     yield svc
     await svc.stop()
 
 
-async def seed(bus: Bus) -> None:
+def seeded() -> Owner:
     """Two 4-GPU nodes; j1 (2 GPUs) runs on node-a GPUs 0-1; j2 (4) and j3 (2) wait."""
-    await bus.publish("node.register", fake_node("node-a", 4))
-    await bus.publish("node.register", fake_node("node-b", 4))
-    for job_id, gpus in (("j1", 2), ("j2", 4), ("j3", 2)):
-        await bus.publish("job.arrived", arrived(job_id, gpus))
-    await bus.publish("job.started", started("j1", "node-a", [0, 1]))
+    owner = Owner([NodeInfo("node-a", (0, 1, 2, 3)), NodeInfo("node-b", (0, 1, 2, 3))])
+    for seq, (job_id, gpus) in enumerate((("j1", 2), ("j2", 4), ("j3", 2)), start=1):
+        owner.jobs[job_id] = job(job_id, gpus=gpus, seq=seq)
+    owner.run(owner.jobs["j1"], (0, 1), service0=0.0, executed0=0.0, start=NOW - 10)
+    return owner
 
 
 def launch(plan: PlacementPlan) -> dict[str, list[tuple[str, list[int]]]]:
     return {job: [(part.node_id, part.gpus) for part in parts] for job, parts in plan.launch.items()}
 
 
+def acknowledge(owner: Owner, plan: PlacementPlan, round_: ScheduleRound) -> None:
+    assert plan.instance is not None
+    assert round_.snapshot is not None
+    owner.writer.acknowledged(plan.instance, round_.snapshot.version)
+
+
 async def test_answers_a_round_with_gpus_named_per_node(bus: Bus, plans: Plans, service: PlacementService) -> None:
-    await seed(bus)
-    await service.start(bus)
-    plan = await plans.answer(bus, round_of(["j2", "j3", "j1"], 7))
+    plan = await plans.answer(bus, seeded().round(7, ["j2", "j3", "j1"]))
     assert (plan.round, plan.state_version, plan.epoch, plan.policy) == (7, 7, 1, "consolidated")
     # consolidated: j2 (4) takes the whole free node-b; j3 (2) the best fit, node-a's free pair.
     assert launch(plan) == {"j2": [("node-b", [0, 1, 2, 3])], "j3": [("node-a", [2, 3])]}
     assert plan.suspend == []
-    assert service.stats()["plans"] >= 1
+    assert plan.instance == service.replica_id
+    assert service.stats()["plans"] == 1
 
 
-async def test_suspends_the_lowest_ranked_running_job_for_a_higher_ranked_one(
+async def test_deltas_go_to_the_instance_that_answered_and_a_lost_base_asks_for_a_resync(
     bus: Bus, plans: Plans, service: PlacementService
 ) -> None:
-    await seed(bus)
-    await bus.publish("job.started", started("j2", "node-b", [0, 1, 2, 3]))
-    await bus.publish("job.arrived", arrived("j4", 4))
-    await service.start(bus)
-    await eventually(lambda: "j4" in service.view.jobs)
-    plan = await plans.answer(bus, round_of(["j4", "j1", "j2"], 2))
+    owner = seeded()
+    first = owner.round(1, ["j2", "j3", "j1"])
+    acknowledge(owner, await plans.answer(bus, first), first)
+    # j2 started on node-b, j4 arrived: LAS-like ranking puts j4 first; the delta carries two jobs.
+    owner.run(owner.jobs["j2"], (4, 5, 6, 7), service0=0.0, executed0=0.0, start=NOW)
+    owner.jobs["j4"] = job("j4", gpus=4, seq=4)
+    second = owner.round(2, ["j4", "j1", "j2"], now=NOW + 5)
+    assert second.to == service.replica_id
+    assert second.snapshot is not None
+    assert first.snapshot is not None
+    assert second.snapshot.base == first.snapshot.version
+    assert sorted(row.job_id for row in second.snapshot.jobs) == ["j2", "j4"]
+    plan = await plans.answer(bus, second)
     assert plan.suspend == ["j2"]
     assert launch(plan) == {"j4": [("node-b", [0, 1, 2, 3])]}
+    # A delta against a base this instance never held is answered with resync, placing nothing.
+    owner.writer.acknowledged(service.replica_id, 10_000)
+    stale = second.model_copy(update={"round": 3, "state_version": 3,
+                                      "snapshot": second.snapshot.model_copy(update={"base": 10_000})})  # fmt: skip
+    answer = await plans.answer(bus, stale)
+    assert answer.resync
+    assert answer.launch == {}
+    assert service.resyncs == 1
 
 
-async def test_follows_facts_after_start_and_spans_nodes_for_a_wide_job(
+async def test_a_round_that_ranks_an_unknown_job_is_refused_at_once_and_good_rounds_still_run(
     bus: Bus, plans: Plans, service: PlacementService
 ) -> None:
-    await service.start(bus)
-    await seed(bus)
-    await bus.publish("job.completed", JobCompleted(job_id="j1", lease_id="lease-j1", node_id="node-a", epoch=1,
-                                                    iteration=10))  # fmt: skip
-    await bus.publish("job.arrived", arrived("wide", 6))
-    await eventually(lambda: "wide" in service.view.jobs and "j1" not in service.view.leases)
-    plan = await plans.answer(bus, round_of(["wide"], 3))
-    parts = launch(plan)["wide"]
-    assert sorted(node for node, _ in parts) == ["node-a", "node-b"]
-    assert sum(len(gpus) for _, gpus in parts) == 6
+    owner = seeded()
+    began = time.monotonic()
+    for number in range(1, 21):  # a flood of bad rounds costs nothing per round
+        bad = owner.round(number, ["ghost", "j2"])
+        refused = await plans.answer(bus, bad)
+        assert refused.error is not None
+        assert "ghost" in refused.error
+        assert refused.launch == {}
+        owner.writer.forget()  # the scheduler does too, on an error
+    good = await plans.answer(bus, owner.round(99, ["j2", "j3", "j1"]))
+    assert launch(good) == {"j2": [("node-b", [0, 1, 2, 3])], "j3": [("node-a", [2, 3])]}
+    assert service.round_errors == 20
+    assert time.monotonic() - began < 10  # nothing waits: 21 round trips, each answered at once
 
 
-async def test_a_silent_node_is_left_out_and_a_heartbeat_brings_it_back(
-    broker: Broker, bus: Bus, plans: Plans, namespace: str
+async def test_a_fill_round_only_puts_waiting_jobs_on_free_gpus(
+    bus: Bus, plans: Plans, service: PlacementService
 ) -> None:
-    svc = PlacementService(config(broker, namespace, lease_ttl_s=0.3, sweep_interval_s=0.05))
-    reg = fake_node("node-z", 2)
-    await bus.publish("node.register", reg)
-    await bus.publish("job.arrived", arrived("small", 1))
-    await svc.start(bus)
-    try:
-        await eventually(lambda: not svc.view.inventory.is_live("node-z"))
-        plan = await plans.answer(bus, round_of(["small"], 1))
-        assert plan.launch == {}
-        heartbeat = NodeHeartbeat(node_id="node-z", incarnation=reg.incarnation, seq=1, epoch_seen=1)
-        await bus.publish("node.heartbeat", heartbeat)
-        await eventually(lambda: svc.view.inventory.is_live("node-z"))
-        plan = await plans.answer(bus, round_of(["small"], 2))
-        assert plan.launch == {"small": [NodeGpus(node_id="node-z", gpus=[0])]}
-    finally:
-        await svc.stop()
+    owner = seeded()
+    owner.run(owner.jobs["j2"], (4, 5, 6, 7), service0=0.0, executed0=0.0, start=NOW)
+    owner.jobs["big"] = job("big", gpus=4, seq=9)
+    plan = await plans.answer(bus, owner.round(1, ["j3", "big", "j1", "j2"], fill_only=True, preempt=False))
+    assert plan.suspend == []
+    assert launch(plan) == {"j3": [("node-a", [2, 3])]}
 
 
-async def test_rebuilds_its_view_by_replay_after_a_restart(
-    broker: Broker, bus: Bus, plans: Plans, namespace: str
+async def test_a_round_without_a_snapshot_is_refused_with_the_reason(
+    bus: Bus, plans: Plans, service: PlacementService
 ) -> None:
-    first = PlacementService(config(broker, namespace))
-    await first.start(bus)
-    await seed(bus)
-    await bus.publish("job.suspended", JobSuspended(job_id="j1", lease_id="lease-j1", node_id="node-a", epoch=1,
-                                                    reason=SuspendReason.PREEMPTED, iteration=5))  # fmt: skip
-    await bus.publish("job.started", started("j3", "node-b", [2, 3], lease="lease-j3"))
-    await eventually(lambda: "j3" in first.view.leases and "j1" not in first.view.leases)
-    before = await plans.answer(bus, round_of(["j3", "j2", "j1"], 1))
-    await first.stop()
-
-    second = PlacementService(config(broker, namespace))
-    await second.start(bus)
-    try:
-        assert set(second.view.leases) == {"j3"}
-        assert set(second.view.jobs) == {"j1", "j2", "j3"}
-        after = await plans.answer(bus, round_of(["j3", "j2", "j1"], 2))
-    finally:
-        await second.stop()
-    assert launch(after) == launch(before)
-    # j3 keeps node-b 2-3; j2 (4) fits only node-a; j1 (2) then takes node-b 0-1.
-    assert launch(after) == {"j2": [("node-a", [0, 1, 2, 3])], "j1": [("node-b", [0, 1])]}
+    plan = await plans.answer(bus, ScheduleRound(epoch=1, round=5, state_version=5, ranked=["j1"]))
+    assert plan.error is not None
+    assert "no snapshot" in plan.error
 
 
 async def test_runs_as_a_child_process_and_stops_on_sigterm(
     broker: Broker, bus: Bus, plans: Plans, namespace: str
 ) -> None:
-    await seed(bus)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.placement", "--nats", broker.url, "--namespace", namespace,
@@ -187,7 +180,7 @@ async def test_runs_as_a_child_process_and_stops_on_sigterm(
         cwd=REPO, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
-        plan = await plans.answer(bus, round_of(["j3"], 1), timeout_s=30)
+        plan = await plans.answer(bus, seeded().round(1, ["j3"]), timeout_s=30)
         assert plan.policy == "first-free"
         assert plan.gpu_count("j3") == 2
         child.send_signal(signal.SIGTERM)
@@ -198,44 +191,3 @@ async def test_runs_as_a_child_process_and_stops_on_sigterm(
             await child.wait()
     assert child.returncode == 0, stderr.decode()
     assert "placement service stopped" in stderr.decode()
-
-
-def test_a_completion_for_an_earlier_lease_ends_the_job_when_its_newer_lease_ends() -> None:
-    """The job was requeued as lost and runs under a newer lease when its earlier run's completion
-    lands: the scheduler revokes the re-run, so the view keeps its GPUs taken until that lease ends,
-    then forgets the job. A failure of an earlier run changes nothing."""
-    from schemas.jobs import FailureReason, JobFailed
-    from services.placement.view import ClusterView
-
-    view = ClusterView(lease_ttl_s=30.0)
-    view.apply(fake_node("node-a", 2), 0.0)
-    view.apply(arrived("j", 1), 0.0)
-    view.apply(started("j", "node-a", [0], lease="old"), 0.0)
-    view.apply(started("j", "node-a", [1], lease="new"), 0.0)
-    view.apply(JobFailed(job_id="j", lease_id="old", node_id="node-a", epoch=1, reason=FailureReason.EXIT_CODE,
-                         exit_code=1), 0.0)  # fmt: skip
-    assert view.leases["j"].lease_id == "new"
-    view.apply(JobCompleted(job_id="j", lease_id="old", node_id="node-a", epoch=1, iteration=10), 0.0)
-    assert view.leases["j"].lease_id == "new"
-    assert "j" in view.jobs
-    assert view.cluster().free_by_node() == {0: {0}}
-    view.apply(JobSuspended(job_id="j", lease_id="new", node_id="node-a", epoch=1, reason=SuspendReason.PREEMPTED,
-                            iteration=3), 0.0)  # fmt: skip
-    assert "j" not in view.leases
-    assert "j" not in view.jobs
-
-
-def test_the_view_counts_a_job_s_suspensions_as_preemptions_once_each() -> None:
-    """Victim policies read ``preemptions`` (FitGpp's ``PC_j < P``) from the placement's view."""
-    from services.placement.view import ClusterView
-
-    view = ClusterView(lease_ttl_s=30.0)
-    view.apply(fake_node("node-a", 1), 0.0)
-    view.apply(arrived("j", 1), 0.0)
-    for n in (1, 2):
-        view.apply(started("j", "node-a", [0], lease=f"l{n}"), 0.0)
-        suspended = JobSuspended(job_id="j", lease_id=f"l{n}", node_id="node-a", epoch=1,
-                                 reason=SuspendReason.PREEMPTED, iteration=n)  # fmt: skip
-        view.apply(suspended, 0.0)
-        view.apply(suspended, 0.0)  # a replayed fact counts once
-        assert view.jobs["j"].preemptions == n

@@ -1,40 +1,40 @@
-"""Placement's view keeps following the stream across a broker restart (its own broker: the
-session's is shared with other tests)."""
+"""Placement answers rounds again after the broker restarts (its own broker: the session's is shared
+with other tests). It keeps nothing but the snapshot it last acknowledged, so it needs no replay."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+from schemas.rounds import PlacementPlan
 from services.placement.service import PlacementConfig, PlacementService
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus, BusOptions
-from tests.helpers import eventually, fake_node
-from tests.integration.test_placement import arrived, started
+from tests.helpers import eventually
+from tests.integration.test_placement import Plans, acknowledge, launch, seeded
 
 
-async def test_the_view_follows_facts_published_after_the_broker_restarted(tmp_path: Path) -> None:
+async def test_rounds_are_answered_after_the_broker_restarted(tmp_path: Path) -> None:
     broker = Broker(tmp_path / "nats")
     await broker.astart()
     bus = await Bus.connect(broker.url, name="restart-test", options=BusOptions(namespace="restart"))
     service = PlacementService(PlacementConfig(nats=broker.url, namespace="restart"))
+    plans = Plans()
     try:
-        await bus.publish("node.register", fake_node("node-a", 4))
-        await bus.publish("job.arrived", arrived("before", 1))
         await service.start(bus)
-        assert set(service.view.jobs) == {"before"}
+        await bus.subscribe("placement.plan", PlacementPlan, plans)
+        owner = seeded()
+        first = owner.round(1, ["j2", "j3", "j1"])
+        acknowledge(owner, await plans.answer(bus, first), first)
         await broker.astop()
         await broker.astart()
-        await eventually(lambda: bus.nc.is_connected and service._follower is not None
-                          and service._follower.stats.restarts >= 1, timeout_s=20)  # fmt: skip
-        # The stream (file storage) survived; facts published now reach the view, none twice.
-        await bus.publish("job.arrived", arrived("after", 2))
-        await bus.publish("job.started", started("after", "node-a", [2, 3]))
-        await eventually(lambda: "after" in service.view.leases, timeout_s=20)
-        assert set(service.view.jobs) == {"before", "after"}
-        cluster = service.view.cluster()
-        assert cluster.free_gpu_count == 2
-        assert service.replay_stats.handled == 2
+        await eventually(lambda: bus.nc.is_connected, timeout_s=20)
+        # The delta to this instance's own subject still reaches it, against the base it kept.
+        second = owner.round(2, ["j3", "j2", "j1"])
+        assert second.to == service.replica_id
+        plan = await plans.answer(bus, second, timeout_s=20)
+        assert not plan.resync
+        assert launch(plan) == {"j3": [("node-a", [2, 3])], "j2": [("node-b", [0, 1, 2, 3])]}
     finally:
         await service.stop()
         await bus.close()

@@ -1,9 +1,7 @@
 """The scheduler service against a real nats-server and a real SQLite store.
 
-Workers are ``services.scheduler.fakes.FakeWorkers`` (real bus, fake processes). Placement is
-``InlinePlacement`` (the placement policy run on the scheduler's own round snapshot) in most tests,
-which keeps them independent of the placement service's event-built view; one test runs the real
-placement service (``services/placement/service.py``).
+Workers are ``tests.fake_workers.FakeWorkers`` (real bus, fake processes); placement is the real
+placement service (``services/placement/service.py``), placing each round on the snapshot it carries.
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ from services.core.decisions import Ranking
 from services.core.protocols import Trigger
 from services.core.registry import SCHEDULING, UnknownPolicyError
 from services.core.state import ClusterState, JobState, JobStatus
+from services.placement.service import PlacementConfig, PlacementService
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus, BusOptions
 from services.runtime.config import ConfigError, load_config
@@ -46,9 +45,9 @@ from services.runtime.consumer import ConsumerOptions
 from services.runtime.store import LeaseState
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.executor import GrantRefusedError, LeaseExecutor
-from services.scheduler.fakes import FakeWorkers, InlinePlacement
 from services.scheduler.leases import Lease
 from services.scheduler.service import SchedulerService
+from tests.fake_workers import FakeWorkers
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = ConsumerOptions(fetch_timeout_s=0.1, retry_backoff_s=0.05)
@@ -82,7 +81,7 @@ class Cluster:
         self.namespace = namespace
         self.db = db
         self.buses: list[Bus] = []
-        self.replicas: list[tuple[SchedulerService, Bus, InlinePlacement]] = []
+        self.replicas: list[tuple[SchedulerService, Bus, PlacementService | None]] = []
         self.client: Bus
         self.workers: FakeWorkers
 
@@ -97,7 +96,11 @@ class Cluster:
         await self.workers.start(heartbeat_s=heartbeat_s)
         return self.workers
 
-    async def start_scheduler(self, *, inline_placement: bool = True, **settings: Any) -> SchedulerService:
+    async def start_scheduler(
+        self, *, with_placement: bool = True, placement_policy: str = "consolidated", **settings: Any
+    ) -> SchedulerService:
+        """A scheduler replica and, unless ``with_placement`` is False, a real placement service
+        beside it (the replicas' placement instances share the rounds, as deployed)."""
         defaults: dict[str, Any] = {
             "round_s": 0.3, "leader_ttl_s": 1.0, "plan_timeout_s": 2.0, "request_timeout_s": 0.5,
             "revoke_margin_s": 0.5, "lease_ttl_s": 30.0, "log_format": "text",
@@ -112,9 +115,12 @@ class Cluster:
         service = SchedulerService(config, consumer_options=FAST)
         bus = await self.connect(config.instance or "sched")
         await service.start(bus)
-        placement = InlinePlacement(bus, service)
-        if inline_placement:
-            await placement.start()
+        placement = None
+        if with_placement:
+            placement = PlacementService(
+                PlacementConfig(nats=self.broker.url, namespace=self.namespace, policy=placement_policy)
+            )
+            await placement.start(bus)
         self.replicas.append((service, bus, placement))
         return service
 
@@ -122,7 +128,8 @@ class Cluster:
         """Stop a replica without resigning (as if its process died): its key must expire."""
         for s, bus, placement in self.replicas:
             if s is service:
-                await placement.stop()
+                if placement is not None:
+                    await placement.stop()
                 assert service.election is not None
                 await service.election.stop(resign=False)
                 service.election = None
@@ -133,7 +140,8 @@ class Cluster:
     async def stop_scheduler(self, service: SchedulerService) -> None:
         for s, bus, placement in self.replicas:
             if s is service:
-                await placement.stop()
+                if placement is not None:
+                    await placement.stop()
                 await service.stop()
                 await bus.close()
                 self.buses.remove(bus)
@@ -148,7 +156,8 @@ class Cluster:
 
     async def close(self) -> None:
         for service, _, placement in list(self.replicas):
-            await placement.stop()
+            if placement is not None:
+                await placement.stop()
             await service.stop()
         if hasattr(self, "workers"):
             await self.workers.stop()
@@ -524,7 +533,7 @@ async def test_rounds_through_the_real_placement_service(broker: Broker, namespa
         placement = PlacementService(PlacementConfig(nats=broker.url, namespace=namespace, policy="consolidated"))
         await placement.start(await c.connect("placement"))
         try:
-            s = await c.start_scheduler(policy="las", inline_placement=False)
+            s = await c.start_scheduler(policy="las", with_placement=False)
             await wait_for(lambda: s.is_leader and len(s.inventory) == 2, what="leader")
             for i in range(3):
                 await c.submit(f"big-{i}", spec(f"big-{i}", gpus=2))

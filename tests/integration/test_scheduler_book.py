@@ -177,6 +177,31 @@ def test_only_the_valid_parts_of_a_plan_are_kept(
     assert bool(valid.dropped) == bool(why)
 
 
+@pytest.mark.parametrize(
+    ("launch", "kept_launch", "kept_suspend", "why"),
+    [
+        # r was suspended to make room for w on its GPU; w then started elsewhere (a fill round):
+        # w's launch is dropped, and so is r's suspension, instead of preempting r for nothing.
+        pytest.param({"w": [NodeGpus(node_id="n0", gpus=[0])]}, [], [], "made room for w", id="room-for-nobody"),
+        pytest.param({"x": [NodeGpus(node_id="n0", gpus=[0])]}, [], [], "made room for x", id="launch-unknown"),
+        pytest.param({"w2": [NodeGpus(node_id="n0", gpus=[0])]}, ["w2"], ["r"], "", id="room-for-a-valid-launch"),
+        pytest.param({"w2": [NodeGpus(node_id="n0", gpus=[1])]}, ["w2"], ["r"], "", id="serves-no-launch"),
+        pytest.param({}, [], ["r"], "", id="policy-suspends-alone"),
+    ],
+)  # fmt: skip
+def test_a_suspension_made_for_a_launch_is_executed_only_with_it(
+    launch: dict[str, list[NodeGpus]], kept_launch: list[str], kept_suspend: list[str], why: str
+) -> None:
+    book = JobBook()
+    running(book, "r", (("n0", (0,)),))
+    running(book, "w", (("n0", (3,)),))
+    queued(book, "w2")
+    valid = validate_plan(plan(launch=launch, suspend=["r"]), book, inventory(("n0", 4)), {})
+    assert list(valid.launch) == kept_launch
+    assert valid.suspend == kept_suspend
+    assert any(why in d for d in valid.dropped) if why else not any("suspend" in d for d in valid.dropped)
+
+
 def test_a_dead_node_is_not_live_until_it_speaks_again() -> None:
     inv = inventory(("n0", 1))
     node = inv.get("n0")

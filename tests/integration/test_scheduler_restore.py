@@ -19,7 +19,7 @@ from schemas.metrics import JobMetrics
 from schemas.subjects import job_metrics
 from services.metrics.service import MetricsConfig, MetricsService
 from services.runtime.broker import Broker
-from services.scheduler.fakes import FakeWorkers
+from tests.fake_workers import FakeWorkers
 from tests.integration.test_scheduler import Cluster, cluster, held_by_worker, spec, wait_for
 
 QUANTUM_S = 0.3

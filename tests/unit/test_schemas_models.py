@@ -114,7 +114,7 @@ def test_grant_coordinator() -> None:
 
 
 def test_plan_helpers() -> None:
-    plan, empty = examples(PlacementPlan)
+    plan, *_, empty = examples(PlacementPlan)
     assert plan.gpu_count("job-0001") == 16
     assert plan.gpu_count("job-0003") == 1
     assert plan.gpu_count("absent") == 0

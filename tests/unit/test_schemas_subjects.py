@@ -25,7 +25,7 @@ from schemas.subjects import (
 
 DESIGN_SUBJECTS = {
     # DESIGN.md, "Events and subjects": every row of the table has an entry.
-    "job.arrived", "job.accepted", "job.held", "job.rejected", "job.cancel", "schedule.round",
+    "job.arrived", "job.accepted", "job.held", "job.rejected", "job.cancel",
     "placement.plan", "lease.grant.*", "lease.revoke.*", "job.started", "job.suspended", "job.completed",
     "job.failed", "node.register", "node.heartbeat", "metrics.job.*", "metrics.node.*",
 }  # fmt: skip
@@ -35,6 +35,9 @@ CONTROL_SUBJECTS = {
     # Beyond DESIGN.md's table: two-phase stop propagation and job queries (schemas/control.py),
     # periodic checkpoints of a running job (schemas/jobs.py).
     "lease.stop.*", "query.jobs", "job.checkpointed",
+    # DESIGN.md's schedule.round, per placement instance: schedule.round.<instance> carries a delta
+    # against the snapshot that instance acknowledged, schedule.round.any a full one (queue group).
+    "schedule.round.*",
 }  # fmt: skip
 
 
@@ -54,7 +57,7 @@ def test_each_model_has_one_subject() -> None:
         pytest.param("job.cancel", JobCancel, id="exact-intent"),
         pytest.param("job.failed", JobFailed, id="exact-fact"),
         pytest.param("job.checkpointed", JobCheckpointed, id="exact-checkpoint-fact"),
-        pytest.param("schedule.round", ScheduleRound, id="round"),
+        pytest.param("schedule.round.any", ScheduleRound, id="round"),
         pytest.param("placement.plan", PlacementPlan, id="plan"),
         pytest.param("node.register", NodeRegister, id="register"),
         pytest.param("node.heartbeat", NodeHeartbeat, id="heartbeat"),
@@ -108,7 +111,7 @@ def test_durable_patterns_are_the_lifecycle_subjects() -> None:
         "job.started", "job.checkpointed", "job.suspended", "job.completed", "job.failed", "node.register",
     }  # fmt: skip
     # Heartbeats, metrics, leases (request-reply) and rounds stay on core NATS.
-    for core in ("node.heartbeat", "metrics.job.x", "metrics.node.x", "lease.grant.x", "schedule.round"):
+    for core in ("node.heartbeat", "metrics.job.x", "metrics.node.x", "lease.grant.x", "schedule.round.any"):
         assert not spec_for(core).durable
     # A JetStream stream's subjects must not overlap; plain tokens never do.
     assert all("*" not in p and ">" not in p for p in durable)

@@ -1,12 +1,10 @@
-"""Stand-ins for the scheduler's peers, over the real bus: fake workers and an in-process placement.
+"""Fake worker agents over the real bus, for scheduler tests and ``benchmarks/round.py``.
 
-For integration tests and ``benchmarks/round.py``, not for production. ``FakeWorkers`` plays the
-worker agents of many nodes with one wildcard subscription each for grants and revokes: it registers
-the nodes, answers lease commands like an agent (fencing by epoch, duplicates acked as such, GPUs
-checked), reports ``job.started`` and, on a revoke, ``job.suspended`` with a checkpoint after
-``stop_delay_s``. ``InlinePlacement`` answers ``schedule.round`` by running a placement policy on
-the scheduler's own snapshot of that round (same process), as the placement service would on its
-event-built view.
+``FakeWorkers`` plays the worker agents of many nodes with one wildcard subscription each for grants
+and revokes: it registers the nodes, answers lease commands like an agent (fencing by epoch,
+duplicates acked as such, GPUs checked), reports ``job.started`` and, on a revoke, ``job.suspended``
+with a checkpoint after ``stop_delay_s``. Cheap enough for 1,250 nodes in one process; the real
+agent (``services.worker``, with ``--emulate``) is what tests of the worker's behaviour use.
 """
 
 from __future__ import annotations
@@ -24,19 +22,13 @@ from nats.aio.subscription import Subscription
 from schemas.jobs import JobCompleted, JobStarted, JobSuspended, SuspendReason
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason
 from schemas.nodes import GpuInventory, HeldLease, NodeHeartbeat, NodeRegister
-from schemas.rounds import NodeGpus, PlacementPlan, ScheduleRound
 from schemas.subjects import (
     JOB_COMPLETED,
     JOB_STARTED,
     JOB_SUSPENDED,
     NODE_HEARTBEAT,
     NODE_REGISTER,
-    PLACEMENT_PLAN,
-    SCHEDULE_ROUND,
 )
-from services.core.protocols import PlacementPolicy
-from services.core.registry import PLACEMENT
-from services.core.round import diff_plan
 from services.runtime.bus import Bus
 
 
@@ -250,42 +242,3 @@ class FakeWorkers:
                 if held.grant.job_id == job_id and held.grant.is_coordinator:
                     return node.node_id, lease_id
         return None
-
-
-class InlinePlacement:
-    """Answers ``schedule.round`` with a plan from ``policy`` run on the scheduler's snapshot."""
-
-    def __init__(self, bus: Bus, scheduler: object, policy: str = "consolidated") -> None:
-        self.bus = bus
-        self.scheduler = scheduler
-        self.policy: PlacementPolicy = PLACEMENT.create(policy)
-        self.place_s = 0.0
-        self.answered = 0
-        self._sub: Subscription | None = None
-
-    async def start(self) -> None:
-        # No queue group: each replica's responder answers only its own scheduler's rounds.
-        self._sub = await self.bus.subscribe(SCHEDULE_ROUND, ScheduleRound, self._on_round)
-
-    async def stop(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-
-    async def _on_round(self, message: ScheduleRound) -> None:
-        snap = getattr(self.scheduler, "snapshot", None)
-        if snap is None or snap.round != message.round or snap.epoch != message.epoch:
-            return
-        t0 = time.perf_counter()
-        target = self.policy.place(snap.ranking, snap.jobs, snap.cluster, snap.now)
-        plan = diff_plan(target, snap.ranking, snap.jobs)
-        launch = {
-            job_id: [NodeGpus(node_id=node, gpus=list(local)) for node, local in snap.topology.to_local(gpus)]
-            for job_id, gpus in plan.launch.items()
-        }
-        self.place_s = time.perf_counter() - t0
-        self.answered += 1
-        await self.bus.publish(PLACEMENT_PLAN, PlacementPlan(
-            round=message.round, state_version=message.state_version, epoch=message.epoch,
-            policy=self.policy.name, launch=launch, suspend=list(plan.suspend), terminate=dict(plan.terminate),
-        ))  # fmt: skip

@@ -1,7 +1,7 @@
 """The cluster's nodes as the workers report them: inventory from ``node.register``, liveness from
 ``node.heartbeat``, turned into the ``ClusterState`` the policies read.
 
-Placement names GPUs per node (node id + local NVML index, see ``schemas.rounds``); the dense global
+Rounds name GPUs per node (node id + local NVML index, see ``schemas.rounds``); the dense global
 GPU ids of a ``ClusterState`` are private to the process that built it. Nodes are numbered in
 sorted ``node_id`` order, so two replicas that saw the same registrations build the same state.
 
@@ -12,8 +12,8 @@ from the event's ``ts``: after a restart the replayed registrations count as fre
 has a full TTL to send its next heartbeat. A draining node keeps its running jobs but offers no
 free GPU (its free GPUs are held by the marker job :data:`UNAVAILABLE`).
 
-Admission uses this module too (it needs the cluster's GPU total); placement also records which
-jobs hold which GPUs (``view.py``).
+Admission's view of the nodes (it needs the cluster's GPU total). Placement keeps none: each round
+carries its nodes (``schemas.rounds``).
 """
 
 from __future__ import annotations
@@ -22,10 +22,7 @@ import uuid
 from dataclasses import dataclass
 
 from schemas.nodes import NodeHeartbeat, NodeRegister
-from services.core.state import ClusterState, Gpu, Node
-
-UNAVAILABLE = "(unavailable)"
-"""Marker job that holds the free GPUs of a draining node, so no policy places work there."""
+from services.core.state import UNAVAILABLE, ClusterState, Gpu, Node
 
 _UNKNOWN_SWITCH = "switch-0"
 
