@@ -22,9 +22,10 @@ fails and says so otherwise). For each policy and each snapshot of ``scenarios.p
   promises hold (``preemptive=False`` rankings never preempt, ``keeps_running`` placements change
   nothing when nobody waits, ``accepts_all`` admissions accept everything).
 
-Still to come here, after the placement service redesign (issue 11): the live differential check,
-that a round recorded on the live path (the scheduler, the bus and the placement service) gives the
-same plan as the simulator's round (``services.core.round``) on the same snapshot.
+The live differential check — a round recorded on the live path (the scheduler, the bus and the
+placement service) gives the same ranking and plan as the simulator's round functions
+(``services.core.round``) on the same snapshot — runs every registered placement policy in
+``tests/integration/test_round_differential.py`` (it needs a real nats-server).
 """
 
 from __future__ import annotations
