@@ -59,12 +59,12 @@ class Client:
         """Connect to the Roundhouse at ``nats``; ``ConnectionRefusedError`` (an ``OSError``) when
         no server answers after ``attempts`` tries each. A long-lived program that should ride out a
         broker restart passes ``attempts=-1`` (retry forever, as the services do)."""
-        # Provisioning the stream is idempotent; doing it here means a job submitted before the
-        # services have started waits in the stream instead of failing.
-        # A few tries, not forever: a command against a stopped cluster must say so, not hang.
+        # A few tries, not forever: a command against a stopped cluster must say so, not hang. A
+        # command never provisions the stream (the services do, with the operator's replicas).
         options = BusOptions(namespace=namespace, max_reconnect_attempts=attempts)
+        servers = [url.strip() for url in nats.split(",") if url.strip()]
         try:
-            bus = await Bus.connect(nats, name=name, options=options)
+            bus = await Bus.connect(servers, name=name, options=options, provision=False)
         except NoServersError:
             hint = "is Roundhouse running? `roundhouse up`"
             raise ConnectionRefusedError(f"nothing answers at {nats} ({hint})") from None

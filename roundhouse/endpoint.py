@@ -1,8 +1,10 @@
 """Where the user's Roundhouse is: a NATS URL and a namespace.
 
 Resolution order: explicit flags, then ``ROUNDHOUSE_NATS`` / ``ROUNDHOUSE_NAMESPACE``, then the
-``up.json`` that ``roundhouse up`` writes into its state directory (``./.roundhouse`` by default),
-then ``nats://127.0.0.1:4222`` with no namespace.
+``up.json`` that ``roundhouse up`` writes into its state directory (``./.roundhouse`` by default).
+With none of them there is no default: a command must not silently talk to whatever NATS happens to
+listen on this host's default port (another cluster, or none), so it fails and says what to do.
+``--nats`` may list several servers of one cluster, comma-separated.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from pathlib import Path
 
 DEFAULT_STATE_DIR = Path(".roundhouse")
 UP_FILE = "up.json"
-DEFAULT_NATS = "nats://127.0.0.1:4222"
+
+
+class NoClusterError(ConnectionError):
+    """No Roundhouse is named: no flag, no environment variable, no ``up.json``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,4 +46,10 @@ def resolve(nats: str | None = None, namespace: str | None = None, *, state_dir:
                 found = {}
             nats = nats or found.get("nats")
             namespace = namespace if namespace is not None else found.get("namespace")
-    return Endpoint(nats or DEFAULT_NATS, namespace or "")
+    if not nats:
+        where = (state_dir or DEFAULT_STATE_DIR) / UP_FILE
+        raise NoClusterError(
+            f"no Roundhouse to talk to: pass --nats URL[,URL...], set ROUNDHOUSE_NATS, or run this where "
+            f"`roundhouse up` runs (it writes {where})"
+        )
+    return Endpoint(nats, namespace or "")

@@ -15,7 +15,9 @@ T = TypeVar("T")
 
 
 def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nats", help="NATS URL (default: $ROUNDHOUSE_NATS, ./.roundhouse/up.json, localhost)")
+    parser.add_argument(
+        "--nats", help="NATS URL(s), comma-separated (default: $ROUNDHOUSE_NATS, else ./.roundhouse/up.json)"
+    )
     parser.add_argument("--namespace", help="Roundhouse namespace on that NATS (default: as for --nats)")
 
 

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import nats
@@ -106,6 +106,8 @@ class BusOptions:
     duplicate_window_s: float = 120.0
     """JetStream keeps message ids this long for dedup; retries must land within it."""
     stream_replicas: int = 1
+    """Replicas of the stream and of every KV bucket this bus creates (R3 in a 3-server cluster). Only
+    a new stream or bucket gets them: provisioning never shrinks or re-places an existing one."""
     reconnect_wait_s: float = 0.25
     max_reconnect_attempts: int = -1
     """Tries per server, the first connection included; -1: forever (services wait for their broker).
@@ -229,9 +231,28 @@ class Bus:
 
     # --- JetStream provisioning -----------------------------------------------------------
     async def provision(self) -> None:
-        """Create or update the lifecycle stream (idempotent; safe for every service to call)."""
+        """Create the lifecycle stream, or bring an existing one up to this code's subjects.
+
+        Idempotent, and never destructive: an existing stream keeps its replicas (raised to
+        ``stream_replicas`` if it has fewer, never lowered), its placement and whatever an operator
+        set (retention, limits); only missing subjects are added. Services call this at start;
+        commands never do (``Bus.connect(provision=False)``)."""
         subjects = [self.wire(p) for p in durable_patterns()]
         subjects.append(self.wire(f"{DEAD_LETTER_PREFIX}.>"))
+        try:
+            info = await self.js.stream_info(self.stream_name)
+        except nats.js.errors.NotFoundError:
+            info = None
+        if info is not None:
+            existing = info.config
+            have = list(existing.subjects or [])
+            missing = [s for s in subjects if s not in have]
+            replicas = max(existing.num_replicas or 1, self.options.stream_replicas)
+            if missing or replicas != (existing.num_replicas or 1):
+                log.info("stream %s: adding subjects %s, replicas %s -> %s", self.stream_name, missing,
+                         existing.num_replicas, replicas)  # fmt: skip
+                await self.js.update_stream(replace(existing, subjects=have + missing, num_replicas=replicas))
+            return
         config = StreamConfig(
             name=self.stream_name,
             subjects=subjects,
@@ -244,9 +265,16 @@ class Bus:
         )
         try:
             await self.js.add_stream(config)
-        except nats.js.errors.BadRequestError:
-            # Exists with another config (e.g. an older subject list): converge to ours.
-            await self.js.update_stream(config)
+        except nats.js.errors.APIError as exc:
+            # Another service may have created it between our look-up and our add: take it as it is.
+            try:
+                await self.js.stream_info(self.stream_name)
+            except nats.js.errors.NotFoundError:
+                raise PublishError(
+                    f"cannot create stream {self.stream_name} with {self.options.stream_replicas} replica(s): "
+                    f"{exc.description}"
+                ) from None
+            await self.provision()
 
     # --- publish ----------------------------------------------------------------------------
     async def publish(self, subject: str, event: Event) -> None:
@@ -454,6 +482,8 @@ class Bus:
     # --- key-value -----------------------------------------------------------------------------
     async def kv(self, bucket: str, *, history: int = 1, ttl_s: float | None = None) -> KVBucket:
         """Open (creating if needed) a KV bucket in this namespace."""
-        kv = await KVBucket.open(self, self.name(bucket), history=history, ttl_s=ttl_s)
+        kv = await KVBucket.open(
+            self, self.name(bucket), history=history, ttl_s=ttl_s, replicas=self.options.stream_replicas
+        )
         self._buckets.append(kv)
         return kv

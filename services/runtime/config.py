@@ -38,6 +38,13 @@ class ServiceConfig(BaseModel):
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
     log_format: str = Field(default="json", pattern=r"^(json|text)$")
     drain_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    stream_replicas: int = Field(
+        default=1,
+        ge=1,
+        le=5,
+        description="Replicas of the event stream and KV buckets this service creates (3 in a 3-server NATS "
+        "cluster); an existing stream is never shrunk or re-placed.",
+    )
 
     @property
     def nats_servers(self) -> list[str]:

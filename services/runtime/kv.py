@@ -49,11 +49,15 @@ class KVBucket:
         self._watchers: list[KVWatcher] = []
 
     @classmethod
-    async def open(cls, bus: Bus, name: str, *, history: int = 1, ttl_s: float | None = None) -> KVBucket:
+    async def open(
+        cls, bus: Bus, name: str, *, history: int = 1, ttl_s: float | None = None, replicas: int = 1
+    ) -> KVBucket:
+        """Open ``name``, creating it with ``replicas`` if it does not exist (an existing bucket is
+        left as it is: its replicas and placement are the operator's)."""
         try:
             kv = await bus.js.key_value(name)
         except nats.js.errors.BucketNotFoundError:
-            kv = await bus.js.create_key_value(bucket=name, history=history, ttl=ttl_s)
+            kv = await bus.js.create_key_value(bucket=name, history=history, ttl=ttl_s, replicas=replicas)
         return cls(bus, name, kv)
 
     async def get(self, key: str) -> KVEntry | None:

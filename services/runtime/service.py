@@ -108,7 +108,8 @@ async def run_service(service: RoundhouseService, *, stop: asyncio.Event | None 
     bus = await Bus.connect(
         config.nats_servers,
         name=f"roundhouse-{service.kind}-{service.instance}",
-        options=BusOptions(namespace=config.namespace),
+        options=BusOptions(namespace=config.namespace, stream_replicas=config.stream_replicas),
+        provision=True,
     )
     micro: MicroService | None = None
     try:
