@@ -13,8 +13,8 @@ deadline (grace period plus margin) passes is released by the round without the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterable
 
 import nats.errors
@@ -23,6 +23,7 @@ from schemas.job import JobSpec
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason, WorldInfo
 from schemas.subjects import lease_grant, lease_revoke
 from services.runtime.bus import Bus, NoResponderError, RemoteError
+from services.runtime.clock import SYSTEM_CLOCK, Clock
 from services.scheduler.leases import Lease
 
 log = logging.getLogger("roundhouse.scheduler.executor")
@@ -57,8 +58,10 @@ class LeaseExecutor:
         grant_attempts: int,
         max_parallel: int,
         hostname: Callable[[str], str],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.bus = bus
+        self.clock = clock
         self.epoch = epoch
         self._is_current = is_current
         self._timeout = request_timeout_s
@@ -86,16 +89,15 @@ class LeaseExecutor:
         return lease_id in self._waiters
 
     async def wait_released(self, leases: list[Lease], deadline: float, active: Callable[[str], bool]) -> list[str]:
-        """Wait until each lease is released or ``deadline`` (wall clock); returns those still held."""
+        """Wait until each lease is released or ``deadline`` (wall time on the executor's clock);
+        returns those still held."""
         pending = {lease.lease_id: asyncio.Event() for lease in leases if active(lease.lease_id)}
         self._waiters.update(pending)
         try:
-            remaining = deadline - time.time()
+            remaining = deadline - self.clock.time()
             if pending and remaining > 0:
-                waits = [asyncio.create_task(e.wait()) for e in pending.values()]
-                _, not_done = await asyncio.wait(waits, timeout=remaining)
-                for task in not_done:
-                    task.cancel()
+                with contextlib.suppress(TimeoutError):
+                    await self.clock.wait_for(asyncio.gather(*(e.wait() for e in pending.values())), remaining)
         finally:
             for lease_id, event in pending.items():
                 if self._waiters.get(lease_id) is event:
@@ -123,7 +125,7 @@ class LeaseExecutor:
                 if ack.error is LeaseAckError.STALE_EPOCH:
                     raise DeposedError(f"{lease.coordinator} has seen epoch {ack.epoch_seen} > {self.epoch}")
                 return ack
-            if time.time() >= until:
+            if self.clock.time() >= until:
                 log.warning("revoke of %s on %s got no answer", lease.lease_id, lease.coordinator)
                 return None
 

@@ -19,13 +19,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 import nats.errors
 import nats.js.errors
 
 from services.runtime.bus import Bus
+from services.runtime.clock import SYSTEM_CLOCK, Clock
 from services.runtime.kv import KVBucket, KVConflictError, KVEntry
 
 log = logging.getLogger("roundhouse.scheduler.leader")
@@ -45,6 +45,9 @@ class LeaderElection:
     ``on_elected(epoch)`` runs before the replica counts as leader to others' commands only in the
     sense that it is awaited before renewals start; it should load state and start serving.
     ``on_deposed(epoch)`` must stop every command of that term.
+
+    ``clock`` reads the age of the last renewal; keep it the real one in a running service: the key's
+    TTL runs on the broker's clock, and the renewals are paced in real time whatever a test fakes.
     """
 
     def __init__(
@@ -55,8 +58,10 @@ class LeaderElection:
         ttl_s: float,
         on_elected: OnElected,
         on_deposed: OnDeposed,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.bus = bus
+        self.clock = clock
         self.instance = instance
         self.ttl_s = ttl_s
         self._on_elected = on_elected
@@ -76,7 +81,7 @@ class LeaderElection:
     @property
     def is_leader(self) -> bool:
         """Whether this replica leads now (and its last renewal is younger than the TTL)."""
-        return self.epoch is not None and time.monotonic() - self._renewed_at < self.ttl_s
+        return self.epoch is not None and self.clock.monotonic() - self._renewed_at < self.ttl_s
 
     async def start(self) -> None:
         self._bucket = await self.bus.kv(BUCKET, history=1, ttl_s=self.ttl_s)
@@ -127,7 +132,7 @@ class LeaderElection:
             log.warning("leader campaign: %r", exc)
             return
         self._revision = revision
-        self._renewed_at = time.monotonic()
+        self._renewed_at = self.clock.monotonic()
         # Record the epoch in the value too (the revision is only known after the create).
         try:
             self._revision = await self._bucket.update(KEY, self._value(revision), last=revision)
@@ -135,7 +140,7 @@ class LeaderElection:
             return
         except _NATS_ERRORS as exc:
             log.warning("leader campaign: %r", exc)
-        self._renewed_at = time.monotonic()
+        self._renewed_at = self.clock.monotonic()
         self.epoch = revision
         self.terms += 1
         log.info("elected leader", extra={"epoch": revision, "instance": self.instance})
@@ -157,12 +162,12 @@ class LeaderElection:
         assert self.epoch is not None
         try:
             self._revision = await self._bucket.update(KEY, self._value(self.epoch), last=self._revision)
-            self._renewed_at = time.monotonic()
+            self._renewed_at = self.clock.monotonic()
         except KVConflictError:
             await self._depose("lost the leader key")
         except _NATS_ERRORS as exc:
             log.warning("leader renewal failed: %r", exc)
-            if time.monotonic() - self._renewed_at >= self.ttl_s:
+            if self.clock.monotonic() - self._renewed_at >= self.ttl_s:
                 await self._depose("could not renew within the TTL")
 
     async def _resign_now(self) -> None:

@@ -14,7 +14,7 @@ it from the job's own progress reports:
   has restored anything (iteration 0), and ``Job.restore`` sets the channel's iteration to the
   checkpoint's before the first new iteration is done. ``resumed_at`` is then the newest sample's
   ``ts`` (within a metrics period plus a flush of the first new iteration), put within
-  ``[launch, now]`` on the scheduler's clock like every worker fact (``SchedulerService._fact_time``).
+  ``[launch, now]`` on the scheduler's clock like every worker fact (``reconcile.fact_time``).
 * Until then it is **still restoring**, but for a bounded time: ``resumed_at = launch + allowance``
   (``SchedulerConfig.restore_allowance_s``). A job that never reports progress (a plain command
   not using ``roundhouse.train``) is thus kept for one allowance after each launch and then competes

@@ -32,12 +32,12 @@ to free GPUs for launches is executed only together with at least one of them.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 
 from schemas.rounds import PlacementPlan, RoundTrigger
 from services.core.protocols import Trigger
 from services.core.state import JobStatus
+from services.runtime.clock import SYSTEM_CLOCK, Clock
 from services.runtime.store import LeaseState
 from services.scheduler.book import JobBook
 from services.scheduler.inventory import Inventory
@@ -62,9 +62,12 @@ class RoundCue:
 
 class RoundTimer:
     """Decides when the next round starts: the timer, churn the policy reacts to, or (with ``fill``)
-    a fill round for churn it does not react to."""
+    a fill round for churn it does not react to. Its cadence, debounce and churn gap run on ``clock``
+    (monotonic time; a test passes a fake one and advances it)."""
 
-    def __init__(self, round_s: float, triggers: Trigger, debounce_s: float, *, fill: bool = False) -> None:
+    def __init__(
+        self, round_s: float, triggers: Trigger, debounce_s: float, *, fill: bool = False, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.round_s = round_s
         self.triggers = triggers
         self.debounce_s = debounce_s
@@ -73,12 +76,13 @@ class RoundTimer:
         self._reason: RoundTrigger | None = None
         self._fill_only = False
         """The pending round is a fill round (only fill churn asked for it so far)."""
-        self._due = time.monotonic()
+        self.clock = clock
+        self._due = clock.monotonic()
         self._cooldown_until = 0.0
 
     def ran(self, seconds: float) -> None:
         """A round just ended after ``seconds``: churn waits ``CHURN_GAP_FACTOR`` times that."""
-        self._cooldown_until = time.monotonic() + CHURN_GAP_FACTOR * seconds
+        self._cooldown_until = self.clock.monotonic() + CHURN_GAP_FACTOR * seconds
 
     def churn(self, reason: RoundTrigger) -> None:
         """Note churn; starts a round soon if the policy (or the kind of churn) asks for it."""
@@ -108,14 +112,15 @@ class RoundTimer:
     async def next_cue(self) -> RoundCue:
         """Wait for the next round; returns what triggered it and whether it only fills free GPUs."""
         timer = bool(self.triggers & Trigger.TIMER)
+        clock = self.clock
         while True:
-            timeout = max(0.0, self._due - time.monotonic()) if timer else None
+            timeout = max(0.0, self._due - clock.monotonic()) if timer else None
             try:
-                await asyncio.wait_for(self._kick.wait(), timeout)
+                await clock.wait_for(self._kick.wait(), timeout)
             except TimeoutError:
                 # A fixed cadence (0, R, 2R, ... from the first round), as in the simulator: churn
                 # rounds in between do not shift it. Skip ticks missed while a round ran long.
-                now = time.monotonic()
+                now = clock.monotonic()
                 self._due += self.round_s
                 if self._due <= now:
                     self._due += self.round_s * ((now - self._due) // self.round_s + 1)
@@ -125,9 +130,9 @@ class RoundTimer:
                 return RoundCue(RoundTrigger.TIMER)
             wait = self.debounce_s
             if self._reason in _CHURN:
-                wait = max(wait, self._cooldown_until - time.monotonic())
+                wait = max(wait, self._cooldown_until - clock.monotonic())
             if wait > 0:
-                await asyncio.sleep(wait)
+                await clock.sleep(wait)
             cue = RoundCue(self._reason or RoundTrigger.MANUAL, self._fill_only)
             self._kick.clear()
             self._reason = None

@@ -1,0 +1,255 @@
+"""Facts into the book: admission's verdicts, users' cancels and the workers' job facts.
+
+Each durable consumer's handler turns its event into a ``JobBook`` transition and commits it
+(``Replica.commit``: idempotent by event id, in one transaction with its effect) before the
+consumer acks; a redelivered event changes nothing. Arrivals and acceptances are pipelined
+(``Replica.commit_later``) so a fetched batch shares one transaction. Decisions that depend on
+which lease a fact names (``job.started``, ``job.completed``/``job.failed``) are taken by
+``reconcile.py``; revokes they call for are sent by ``execution.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable
+from typing import Any
+
+from schemas.jobs import (
+    JobAccepted,
+    JobArrived,
+    JobCancel,
+    JobCheckpointed,
+    JobCompleted,
+    JobFailed,
+    JobHeld,
+    JobRejected,
+    JobStarted,
+    JobSuspended,
+    SuspendReason,
+)
+from schemas.leases import RevokeReason
+from schemas.rounds import RoundTrigger
+from schemas.subjects import (
+    JOB_ACCEPTED,
+    JOB_ARRIVED,
+    JOB_CANCEL,
+    JOB_CHECKPOINTED,
+    JOB_COMPLETED,
+    JOB_FAILED,
+    JOB_HELD,
+    JOB_REJECTED,
+    JOB_STARTED,
+    JOB_SUSPENDED,
+)
+from services.core.state import JobStatus
+from services.runtime.consumer import ConsumerHandler
+from services.runtime.kv import KVEntry
+from services.runtime.store import LeaseState
+from services.scheduler.book import Change, JobNotArrivedError
+from services.scheduler.execution import Execution
+from services.scheduler.metrics import apply_metrics
+from services.scheduler.reconcile import Finished, Started, fact_time, judge_finished, judge_started, stray_lease
+from services.scheduler.replica import CONSUMERS, Replica
+
+log = logging.getLogger("roundhouse.scheduler")
+
+
+class JobFacts:
+    """The handlers of the job subjects' durable consumers, plus two fast readers (module doc)."""
+
+    def __init__(self, replica: Replica, execution: Execution) -> None:
+        self.replica = replica
+        self.execution = execution
+        self._arriving: dict[str, asyncio.Future[None]] = {}
+        """job.arrived commits queued but not landed yet, by job id."""
+
+    def consumers(self) -> dict[str, tuple[type[Any], ConsumerHandler[Any]]]:
+        """Subject -> (event model, handler) of each durable consumer this part runs."""
+        return {
+            JOB_ARRIVED: (JobArrived, self.on_arrived),
+            JOB_ACCEPTED: (JobAccepted, self.on_accepted),
+            JOB_HELD: (JobHeld, self.on_held),
+            JOB_REJECTED: (JobRejected, self.on_rejected),
+            JOB_CANCEL: (JobCancel, self.on_cancel),
+            JOB_STARTED: (JobStarted, self.on_started),
+            JOB_CHECKPOINTED: (JobCheckpointed, self.on_checkpointed),
+            JOB_SUSPENDED: (JobSuspended, self.on_suspended),
+            JOB_COMPLETED: (JobCompleted, self.on_completed),
+            JOB_FAILED: (JobFailed, self.on_failed),
+        }
+
+    # --- admission's facts and user intent ---------------------------------------------------
+    async def on_arrived(self, event: JobArrived) -> Awaitable[None] | None:
+        r = self.replica
+        # Pipelined (see Replica.commit_later): a fetched batch of arrivals becomes one transaction.
+        async with r.lock:
+            pending = r.commit_later(
+                r.book.arrived(event.job_id, event.spec, event.ts),
+                event_id=event.event_id,
+                consumer=CONSUMERS[JOB_ARRIVED],
+                on_conflict=lambda: log.info("job %s already exists; ignoring its new job.arrived", event.job_id),
+            )
+            if pending is not None:
+                # job.accepted is consumed concurrently and may overtake this commit: let it wait.
+                job_id = event.job_id
+                self._arriving[job_id] = pending
+                pending.add_done_callback(lambda _: self._arriving.pop(job_id, None))
+            return pending
+
+    async def on_accepted(self, event: JobAccepted) -> Awaitable[None] | None:
+        r = self.replica
+        assert r.store is not None
+        landing = self._arriving.get(event.job_id)
+        if landing is not None and not landing.done():
+            await asyncio.wait([landing])  # its job.arrived is committing right now
+        async with r.lock:
+            if r.book.entry(event.job_id) is None and await r.store.get_job(event.job_id) is not None:
+                return None  # finished (e.g. cancelled) before admission answered
+            change = r.book.accepted(event.job_id, r.clock.time())
+            # The round this arrival triggers must see the job: churn once the commit has landed.
+            return r.commit_later(
+                change, event_id=event.event_id, consumer=CONSUMERS[JOB_ACCEPTED],
+                after=lambda: r.churn(RoundTrigger.ARRIVAL),
+            )  # fmt: skip
+
+    async def on_held(self, event: JobHeld) -> None:
+        self.replica.book.held(event.job_id, event.reason).commit()
+
+    async def on_rejected(self, event: JobRejected) -> None:
+        r = self.replica
+        async with r.lock:
+            change = r.book.rejected(event.job_id, event.reason, r.clock.time())
+            await r.commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_REJECTED])
+
+    async def on_cancel(self, event: JobCancel) -> None:
+        r = self.replica
+        assert r.store is not None
+        now = r.clock.time()
+        async with r.lock:
+            entry = r.book.entry(event.job_id)
+            if entry is None and await r.store.get_job(event.job_id) is None:
+                # Cancelled before its job.arrived was applied: redelivered with back-off until the
+                # job exists (dead-lettered after the consumer's max_deliver if it never does).
+                raise JobNotArrivedError(f"job {event.job_id!r} was cancelled before its job.arrived was applied")
+            grace = entry.state.spec.grace_period_s if entry is not None else 0.0
+            change = r.book.end(
+                event.job_id,
+                JobStatus.CANCELLED,
+                RevokeReason.CANCEL,
+                now=now,
+                grace_deadline=now + grace + r.cfg.revoke_margin_s,
+                message=event.reason or "cancelled",
+            )
+            applied = await r.commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_CANCEL])
+        if applied:
+            self.execution.send_revokes(change)
+
+    # --- workers' facts ----------------------------------------------------------------------
+    async def on_started(self, event: JobStarted) -> None:
+        r = self.replica
+        now = r.clock.time()
+        held = r.book.leases.get(event.lease_id)
+        entry = r.book.entry(event.job_id)
+        verdict = judge_started(
+            event.lease_id, event.job_id, event.ts, held=held, job_lease=entry.lease if entry is not None else None,
+            now=now, lease_ttl_s=r.cfg.lease_ttl_s,
+        )  # fmt: skip
+        if verdict is Started.OURS and held is not None:
+            held.started = True
+        elif verdict is Started.STRAY and r.term is not None:
+            stray = stray_lease(
+                event.node_id, lease_id=event.lease_id, job_id=event.job_id, gpus=event.gpus, epoch=event.epoch, now=now
+            )
+            self.execution.revoke_strays(r.term, [stray])
+
+    async def on_checkpointed(self, event: JobCheckpointed) -> None:
+        r = self.replica
+        # Persisted, not only kept in memory: a run lost after a failover must still rewind to it.
+        async with r.lock:
+            change = r.book.checkpointed(event.job_id, event.lease_id, event.checkpoint_path, event.iteration)
+            await r.commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_CHECKPOINTED])
+
+    async def on_suspended(self, event: JobSuspended) -> None:
+        r = self.replica
+        now = r.clock.time()
+        # What survives a suspension is its checkpoint: the job resumes from the iteration the
+        # checkpoint holds, not from event.iteration (later when the grace period ran out).
+        ckpt_iter = event.checkpoint_iteration if event.checkpoint_path is not None else None
+        async with r.lock:
+            book = r.book
+            lease = book.leases.get(event.lease_id)
+            change: Change | None
+            if lease is not None and lease.job_id == event.job_id:
+                entry = book.jobs[lease.job_id]
+                at = fact_time(event.ts, entry.state.last_start_time, now)
+                change = book.release(
+                    event.lease_id, at, checkpoint=event.checkpoint_path, checkpoint_iteration=ckpt_iter,
+                    iterations=ckpt_iter,
+                )  # fmt: skip
+            else:
+                change = book.late_checkpoint(event.job_id, event.checkpoint_path, ckpt_iter)
+            await r.commit(change, event_id=event.event_id, consumer=CONSUMERS[JOB_SUSPENDED])
+        if event.reason is not SuspendReason.PREEMPTED:
+            r.churn(RoundTrigger.COMPLETION)
+
+    async def on_suspension_seen(self, event: JobSuspended) -> None:
+        """The fast path of a revoke: the same fact on core NATS, before the durable consumer has
+        committed it. The round waiting for it may grant the GPUs at once: the worker's processes
+        have exited, and the release's commit is queued ahead of any later write of the book
+        (after a crash, the durable consumer redelivers the fact and the release happens then)."""
+        r = self.replica
+        lease = r.book.leases.get(event.lease_id)
+        if lease is None or lease.job_id != event.job_id or lease.state is not LeaseState.REVOKING:
+            return
+        lease.stopped = True
+        if r.term is not None:
+            r.term.executor.released([lease.lease_id])
+
+    async def on_metrics(self, entry: KVEntry) -> None:
+        r = self.replica
+        if r.term is not None:
+            apply_metrics(r.book, entry, r.clock.time())
+
+    async def on_completed(self, event: JobCompleted) -> None:
+        await self._finished(event, CONSUMERS[JOB_COMPLETED], JobStatus.COMPLETED, reason=None)
+
+    async def on_failed(self, event: JobFailed) -> None:
+        reason = f"{event.reason.value}: {event.message}" if event.message else event.reason.value
+        await self._finished(event, CONSUMERS[JOB_FAILED], JobStatus.FAILED, reason=reason)
+
+    async def _finished(
+        self, event: JobCompleted | JobFailed, consumer: str, status: JobStatus, *, reason: str | None
+    ) -> None:
+        r = self.replica
+        job_id, lease_id, ts, checkpoint, iteration = (
+            event.job_id, event.lease_id, event.ts, event.checkpoint_path, event.iteration
+        )  # fmt: skip
+        now = r.clock.time()
+        async with r.lock:
+            book = r.book
+            entry = book.entry(job_id)
+            if entry is None:
+                return
+            if reason is not None:
+                entry.reason = reason
+            lease = entry.lease
+            verdict = judge_finished(status, lease_id, lease.lease_id if lease is not None else None)
+            if verdict is Finished.RELEASE and lease is not None:
+                at = fact_time(ts, entry.state.last_start_time, now)
+                change = book.release(lease.lease_id, at, final=status, checkpoint=checkpoint, iterations=iteration)
+            elif verdict is Finished.WITHOUT_LEASE:
+                change = book.finished_without_lease(job_id, status, now, checkpoint, iteration)
+            elif verdict is Finished.COMPLETED_EARLIER and lease is not None:
+                log.warning("job %s completed under its earlier lease %s; revoking its re-run %s",
+                            job_id, lease_id, lease.lease_id)  # fmt: skip
+                grace = entry.state.spec.grace_period_s
+                change = book.completed_under_earlier_lease(
+                    job_id, min(ts, now), checkpoint, iteration, grace_deadline=now + grace + r.cfg.revoke_margin_s
+                )
+            else:
+                return  # a failure of an earlier run of a job that runs under another lease now
+            applied = await r.commit(change, event_id=event.event_id, consumer=consumer)
+        if applied and change is not None:
+            self.execution.send_revokes(change)
+        r.churn(RoundTrigger.COMPLETION)

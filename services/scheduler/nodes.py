@@ -1,0 +1,109 @@
+"""Nodes: registrations, heartbeats and the sweep, and the releases and revokes they imply.
+
+``node.register`` (a durable consumer) updates the inventory, persisted with the change; a new
+incarnation of an agent releases the leases the node held (they are gone with its processes).
+Heartbeats (core NATS) keep a node live and list the leases it holds; the sweep, a few times per
+lease TTL and before every round, marks nodes silent for the TTL dead and releases revokes past
+their deadline. What a heartbeat or a sweep implies is decided by ``reconcile.py`` (pure, on
+``now``); this part reads the clock, gathers the inputs and commits or executes the verdict.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from schemas.nodes import NodeHeartbeat, NodeRegister
+from schemas.rounds import RoundTrigger
+from schemas.subjects import NODE_REGISTER
+from services.runtime.consumer import ConsumerHandler
+from services.runtime.store import SetMeta, StaleWriteError
+from services.scheduler.book import Change
+from services.scheduler.execution import Execution
+from services.scheduler.inventory import META_KEY
+from services.scheduler.reconcile import reconcile_heartbeat, sweep_releases
+from services.scheduler.replica import CONSUMERS, Replica
+from services.scheduler.term import Term
+
+log = logging.getLogger("roundhouse.scheduler")
+
+
+class NodeFacts:
+    """Node registrations and heartbeats, and the sweep (module doc)."""
+
+    def __init__(self, replica: Replica, execution: Execution) -> None:
+        self.replica = replica
+        self.execution = execution
+        self.missing_since: dict[str, float] = {}
+        """Leases a node's heartbeats stopped listing, with the first such heartbeat's time."""
+
+    def consumers(self) -> dict[str, tuple[type[Any], ConsumerHandler[Any]]]:
+        """Subject -> (event model, handler) of each durable consumer this part runs."""
+        return {NODE_REGISTER: (NodeRegister, self.on_register)}
+
+    async def on_register(self, event: NodeRegister) -> None:
+        r = self.replica
+        assert r.store is not None
+        async with r.lock:
+            restarted = r.inventory.register(event, r.clock.monotonic())
+            changes: list[Change | None] = []
+            if restarted is not None:
+                # A new incarnation: the leases it held are gone with their processes.
+                now = r.clock.time()
+                for lease in r.book.leases_on(event.node_id):
+                    changes.append(r.book.release(lease.lease_id, now))
+            change = r.book.merge(changes)
+            change.ops.append(SetMeta(META_KEY, r.inventory.dumps()))
+            await r.commit(change, event_id=event.event_id, consumer=CONSUMERS[NODE_REGISTER])
+        r.churn(RoundTrigger.NODE_CHANGE)
+
+    async def on_heartbeat(self, event: NodeHeartbeat) -> None:
+        r = self.replica
+        term = r.term
+        if term is None:
+            return
+        if not r.inventory.heartbeat(event.node_id, event.incarnation, event.draining, r.clock.monotonic()):
+            return
+        book = r.book
+        verdict = reconcile_heartbeat(
+            event.node_id, event.leases, book.leases, book.by_node.get(event.node_id, set()), self.missing_since,
+            ts=event.ts, grace_s=r.cfg.reconcile_grace_s, epoch=term.epoch, now=r.clock.time(),
+        )  # fmt: skip
+        self.missing_since = verdict.missing_since
+        if verdict.lost:
+            await self.execution.release(verdict.lost, r.clock.time())
+            r.churn(RoundTrigger.NODE_CHANGE)
+        if verdict.strays and r.term is not None:
+            self.execution.revoke_strays(r.term, verdict.strays)
+
+    async def sweep_loop(self, term: Term) -> None:
+        """Dead nodes and revokes past their deadline, checked a few times per TTL."""
+        r = self.replica
+        interval = min(1.0, r.cfg.lease_ttl_s / 4)
+        while r.term is term:
+            await r.clock.sleep(interval)
+            try:
+                await self.sweep()
+            except StaleWriteError:
+                return
+            except Exception:
+                log.exception("sweep failed")
+
+    async def sweep(self) -> None:
+        """Release the leases of nodes silent for the lease TTL, and revokes past their deadline
+        that no round waits for."""
+        r = self.replica
+        dead = r.inventory.sweep(r.clock.monotonic())
+        now = r.clock.time()
+        async with r.lock:
+            term = r.term
+            verdict = sweep_releases(
+                dead, r.book.leases, r.book.by_node, now=now,
+                awaited=term.executor.is_awaited if term is not None else lambda _: False,
+            )  # fmt: skip
+            for node_id in dead:
+                log.warning("node %s silent for %.0f s: its jobs are requeued", node_id, r.cfg.lease_ttl_s)
+            if verdict.released:
+                await r.commit(r.book.merge(r.book.release(i, now) for i in verdict.released))
+        if dead:
+            r.churn(RoundTrigger.NODE_CHANGE)

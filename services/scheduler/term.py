@@ -1,0 +1,155 @@
+"""Terms: what a replica starts when it is elected leader, and stops when it is deposed.
+
+On election (:meth:`Leadership.on_elected`) the replica loads its book from the store and its node
+inventory (every node given a fresh ``lease_ttl_s``: nobody knows when it last spoke), requeues
+RUNNING jobs found without a lease, opens a :class:`Term` (the epoch, its ``LeaseExecutor`` and
+``RoundTimer``), starts the durable consumers of the job and node facts, subscribes to heartbeats,
+plans and the fast path of ``job.suspended``, serves ``query.jobs``, watches the job metrics and
+runs the round loop and the sweeper. On deposition (:meth:`Leadership.on_deposed`) it stops all of
+that before another replica can act, and forgets the book.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nats.aio.subscription import Subscription
+
+from schemas.control import JobsQuery, JobsReply
+from schemas.jobs import JobSuspended
+from schemas.nodes import NodeHeartbeat
+from schemas.rounds import PlacementPlan
+from schemas.subjects import JOB_SUSPENDED, NODE_HEARTBEAT, PLACEMENT_PLAN, QUERY_JOBS
+from services.runtime.consumer import ConsumerOptions, DurableConsumer
+from services.runtime.kv import KVWatcher
+from services.runtime.store import LeaseRecord
+from services.scheduler.book import JobBook
+from services.scheduler.executor import LeaseExecutor
+from services.scheduler.inventory import META_KEY
+from services.scheduler.leases import leases_from_records
+from services.scheduler.metrics import BUCKET as METRICS_BUCKET
+from services.scheduler.metrics import BUCKET_TTL_S as METRICS_TTL_S
+from services.scheduler.replica import CONSUMERS, Replica
+from services.scheduler.rounds import RoundTimer
+
+if TYPE_CHECKING:
+    from services.scheduler.cycle import RoundCycle
+    from services.scheduler.execution import Execution
+    from services.scheduler.facts import JobFacts
+    from services.scheduler.nodes import NodeFacts
+
+log = logging.getLogger("roundhouse.scheduler")
+
+
+@dataclass(slots=True)
+class Term:
+    """Everything that lives only while this replica leads one term."""
+
+    epoch: int
+    executor: LeaseExecutor
+    timer: RoundTimer
+    consumers: list[DurableConsumer[Any]] = field(default_factory=list)
+    subscriptions: list[Subscription] = field(default_factory=list)
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    pending_plan: tuple[int, int, asyncio.Future[PlacementPlan]] | None = None
+    """The round in flight: its number, state version and the future its plan settles."""
+    watchers: list[KVWatcher] = field(default_factory=list)
+    dispatch: asyncio.Future[None] | None = None
+    """The last round's grants being sent (see ``Execution._dispatch_grants``)."""
+
+    def spawn(self, coro: Awaitable[Any], name: str) -> None:
+        """Run ``coro`` as one of this term's tasks (cancelled when the term ends)."""
+        task = asyncio.ensure_future(coro)
+        task.set_name(f"scheduler-{name}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+
+class Leadership:
+    """The election's callbacks: start a term's work on election, stop it on deposition."""
+
+    def __init__(
+        self,
+        replica: Replica,
+        *,
+        facts: JobFacts,
+        nodes: NodeFacts,
+        cycle: RoundCycle,
+        execution: Execution,
+        on_query: Callable[[JobsQuery], Awaitable[JobsReply]],
+        consumer_options: ConsumerOptions,
+    ) -> None:
+        self.replica = replica
+        self.facts = facts
+        self.nodes = nodes
+        self.cycle = cycle
+        self.execution = execution
+        self.on_query = on_query
+        self.consumer_options = consumer_options
+
+    async def on_elected(self, epoch: int) -> None:
+        r = self.replica
+        assert r.bus is not None
+        assert r.store is not None
+        bus, store, cfg = r.bus, r.store, r.cfg
+        r.inventory.loads(await store.get_meta(META_KEY), r.clock.monotonic())
+        records = await store.active_jobs()
+        lease_rows: list[LeaseRecord] = []
+        for node_id in sorted({n.node_id for n in r.inventory.live()}):
+            lease_rows.extend(await store.leases_for_node(node_id))
+        orphans = r.book.load(records, leases_from_records(lease_rows))
+        last = await store.last_round()
+        self.cycle.begin_term(last.round_number if last is not None else 0)
+        executor = LeaseExecutor(
+            bus, epoch=epoch, is_current=r.is_current,
+            request_timeout_s=cfg.request_timeout_s, grant_attempts=cfg.grant_attempts,
+            max_parallel=cfg.max_parallel_requests, hostname=r.hostname, clock=r.clock,
+        )  # fmt: skip
+        timer = RoundTimer(
+            cfg.round_s, self.cycle.policy.triggers, cfg.churn_debounce_s, fill=cfg.fill_between_rounds, clock=r.clock
+        )
+        term = Term(epoch, executor, timer)
+        r.term = term
+        if orphans:
+            log.warning("requeueing %d running jobs without a lease", len(orphans))
+            async with r.lock:
+                await self.execution.requeue(orphans)
+        for subject, (model, handler) in {**self.facts.consumers(), **self.nodes.consumers()}.items():
+            term.consumers.append(
+                await bus.consume(subject, model, handler, durable=CONSUMERS[subject], options=self.consumer_options)
+            )
+        term.subscriptions.append(await bus.subscribe(NODE_HEARTBEAT, NodeHeartbeat, self.nodes.on_heartbeat))
+        term.subscriptions.append(await bus.subscribe(JOB_SUSPENDED, JobSuspended, self.facts.on_suspension_seen))
+        term.subscriptions.append(await bus.subscribe(PLACEMENT_PLAN, PlacementPlan, self.cycle.on_plan))
+        term.subscriptions.append(await bus.serve(QUERY_JOBS, JobsQuery, self.on_query))
+        metrics = await bus.kv(METRICS_BUCKET, ttl_s=METRICS_TTL_S)
+        term.watchers.append(await metrics.watch(">", self.facts.on_metrics))
+        term.spawn(self.cycle.round_loop(term), "rounds")
+        term.spawn(self.nodes.sweep_loop(term), "sweep")
+        term.timer.soon()
+        log.info("leading", extra={"epoch": epoch, "jobs": len(r.book.jobs), "nodes": len(r.inventory)})
+
+    async def on_deposed(self, epoch: int) -> None:
+        r = self.replica
+        term, r.term = r.term, None
+        if term is None:
+            return
+        current = asyncio.current_task()
+        for task in list(term.tasks):
+            if task is not current:
+                task.cancel()
+        for sub in term.subscriptions:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        for consumer in term.consumers:
+            await consumer.stop()
+        for watcher in term.watchers:
+            await watcher.stop()
+        if term.pending_plan is not None and not term.pending_plan[2].done():
+            term.pending_plan[2].cancel()
+        r.book = JobBook()
