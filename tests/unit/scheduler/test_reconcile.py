@@ -1,5 +1,6 @@
 """Reconciliation rules as tables (``services/scheduler/reconcile.py``): what a heartbeat's lease
-list, a ``job.started``, the sweep and a job's end imply, as pure functions of the state and ``now``.
+list, a ``job.started``, the sweep and a job's end imply, as pure functions of the state and ``now``;
+and when a silent node counts as dead (``Inventory.sweep``, on the ``now`` passed in).
 
 Times: a heartbeat at ``TS = 100`` with ``GRACE = 10`` s (so the cutoff is 90); the term's epoch is
 ``EPOCH = 5``; the lease TTL is 30 s.
@@ -13,6 +14,7 @@ import pytest
 
 from schemas.nodes import HeldLease
 from services.core.state import JobStatus
+from services.scheduler.inventory import Inventory
 from services.scheduler.leases import Lease
 from services.scheduler.reconcile import (
     Finished,
@@ -24,6 +26,7 @@ from services.scheduler.reconcile import (
     stray_lease,
     sweep_releases,
 )
+from tests.helpers import fake_node
 
 TS = 100.0
 GRACE = 10.0
@@ -245,3 +248,37 @@ def test_what_a_jobs_end_is(
 )
 def test_when_a_fact_happened(ts: float, start: float | None, expected: float) -> None:
     assert fact_time(ts, start, now=100.0) == expected
+
+
+# --- silent nodes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spoke_at", "now", "dead"),
+    [
+        pytest.param((0.0,), 29.5, False, id="silent-for-less-than-the-ttl-live"),
+        pytest.param((0.0,), TTL, True, id="silent-for-the-ttl-dead"),
+        pytest.param((0.0, 20.0), 49.5, False, id="a-heartbeat-restarts-the-ttl"),
+        pytest.param((0.0, 20.0), 50.0, True, id="dead-a-ttl-after-the-last-heartbeat"),
+    ],
+)
+def test_a_node_is_dead_once_silent_for_the_lease_ttl(spoke_at: tuple[float, ...], now: float, dead: bool) -> None:
+    """``Inventory.sweep(now)`` (monotonic seconds, passed in) decides which nodes are dead; the
+    sweep then releases their leases (``sweep_releases``)."""
+    inventory = Inventory(lease_ttl_s=TTL)
+    register = fake_node("n0", 1)
+    inventory.register(register, spoke_at[0])
+    for at in spoke_at[1:]:
+        assert inventory.heartbeat("n0", register.incarnation, False, at)
+    assert inventory.sweep(now) == (["n0"] if dead else [])
+    assert inventory.is_live("n0") is not dead
+
+
+def test_a_dead_node_that_speaks_again_is_live() -> None:
+    inventory = Inventory(lease_ttl_s=TTL)
+    register = fake_node("n0", 1)
+    inventory.register(register, 0.0)
+    assert inventory.sweep(TTL) == ["n0"]
+    assert inventory.sweep(TTL + 1) == []  # reported dead once
+    assert inventory.heartbeat("n0", register.incarnation, False, TTL + 2)
+    assert inventory.is_live("n0")
