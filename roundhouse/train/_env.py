@@ -45,6 +45,8 @@ class JobEnv:
     channel: Path | None = None
     resume_from: Path | None = None
     resume_iteration: int | None = None
+    agent_pid: int | None = None
+    """The worker agent's pid (``ROUNDHOUSE_AGENT_PID``), watched so the job stops when it is gone."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> JobEnv:
@@ -66,4 +68,5 @@ class JobEnv:
             channel=Path(channel) if channel else None,
             resume_from=Path(resume) if resume else None,
             resume_iteration=int(resume_iteration) if resume_iteration else None,
+            agent_pid=_int(env, "ROUNDHOUSE_AGENT_PID", default=0) or None,
         )

@@ -9,6 +9,12 @@ Blox §7) looks like this from here:
    and waits; the agent fixes ``stop_at = i + 1``, tells every other rank (other nodes through their
    agents), then sets ``stop_at`` here, which releases rank 0.
 3. Every rank finishes iteration ``stop_at`` and stops: one consistent checkpoint from rank 0.
+
+No agent, no job (DESIGN, Trust and failure): when the agent is gone (it died, or went silent for half
+the lease TTL) the lease's watchdog sets ``state = orphaned`` and each rank stops at its next
+boundary, rank 0 after a checkpoint, well before the scheduler may run the job elsewhere. Should the
+watchdog be gone too, the client notices the agent's end itself (:mod:`roundhouse.train._agent`,
+checked every ``_AGENT_CHECK_S`` from the iteration loop) and stops the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from roundhouse.train._agent import AgentWatch
 from roundhouse.train._checkpoint import CHECKPOINT_NAME, Position, load_checkpoint, save_checkpoint
 from roundhouse.train._env import JobEnv
 from services.worker.channel import (
@@ -43,6 +50,8 @@ _EWMA_ALPHA = 0.1
 _REPORT_EVERY_S = 0.2
 _PAUSE_POLL_S = 0.0001
 _PAUSE_POLL_MAX_S = 0.002
+_AGENT_CHECK_S = 0.25
+"""How often the iteration loop checks that the agent process still runs (one syscall)."""
 
 
 class StateDictLike(Protocol):
@@ -84,16 +93,20 @@ class Job:
         self._place = (0, 0, 0)
         """(iteration, epoch, batch index) as of the last batch :meth:`iterate` handed out."""
         self.stopping = False
-        """True once the lease asked this process to stop and it has reached ``stop_at``."""
+        """True once the lease asked this process to stop and it has reached ``stop_at`` (or its agent is gone)."""
+        self.orphaned = False
+        """True once this process learnt that its worker agent is gone (it stops as for a revoke)."""
         self.last_checkpoint: Path | None = None
         self._stop_reported = False
         self._last_boundary = time.perf_counter()
         self._iter_time = 0.0
         self._last_report = self._last_boundary
         self._loss: float | None = None
-        self._agent_pid = os.getppid()
+        self._agent: AgentWatch | None = None
+        self._agent_checked = self._last_boundary
         if channel is not None:
             channel.set_pid(os.getpid())
+            self._agent = AgentWatch(self.env.agent_pid)
 
     @property
     def position(self) -> Position:
@@ -145,14 +158,16 @@ class Job:
             self._channel.pause(self.iteration)
             delay = _PAUSE_POLL_S
             while q[STATE] == LeaseSignal.STOP_REQUESTED:
-                if os.getppid() != self._agent_pid:
-                    # The agent (our parent) died while we waited for stop_at: stop here, at a
-                    # boundary, rather than wait forever; rank 0 still checkpoints.
-                    log.warning("the worker agent is gone; stopping after iteration %d", self.iteration)
-                    self.stopping = True
+                if self._agent is not None and self._agent.gone():
+                    # The agent died while we waited for stop_at (and no watchdog said so): stop
+                    # here, at a boundary, rather than wait forever; rank 0 still checkpoints.
+                    self._orphan()
                     return True
                 time.sleep(delay)
                 delay = min(delay * 1.5, _PAUSE_POLL_MAX_S)
+        if q[STATE] == LeaseSignal.ORPHANED:
+            self._orphan()
+            return True
         if q[STATE] == LeaseSignal.STOP_AT and self.iteration >= q[STOP_AT]:
             if self.iteration > q[STOP_AT]:
                 log.warning("stopping at iteration %d, past stop_at %d", self.iteration, q[STOP_AT])
@@ -162,6 +177,14 @@ class Job:
             return True
         return False
 
+    def _orphan(self) -> None:
+        """The agent is gone: stop at this boundary as for a revoke (rank 0 checkpoints, then all exit)."""
+        if not self.stopping:
+            log.warning("the worker agent is gone; stopping after iteration %d", self.iteration)
+        self.stopping = self.orphaned = True
+        if not self.is_leader:
+            self._set_status(ClientStatus.STOPPED)
+
     def iteration_done(self, *, loss: float | None = None) -> None:
         """Count one finished iteration (and its loss, if given) and publish it to the agent."""
         self.iteration += 1
@@ -169,6 +192,10 @@ class Job:
         if q is not None:
             q[ITERATION] = self.iteration
         now = time.perf_counter()
+        if now - self._agent_checked >= _AGENT_CHECK_S and self._agent is not None:
+            self._agent_checked = now
+            if self._agent.gone():
+                self._orphan()
         dt = now - self._last_boundary
         self._last_boundary = now
         self._iter_time = dt if self._iter_time == 0.0 else self._iter_time + _EWMA_ALPHA * (dt - self._iter_time)
@@ -332,6 +359,9 @@ class Job:
             self._channel.close()
             self._channel = None
             self._q = None
+        if self._agent is not None:
+            self._agent.close()
+            self._agent = None
 
 
 _END: Any = object()

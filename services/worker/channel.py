@@ -15,7 +15,8 @@ Layout (little-endian, 128 bytes, one slot = 8 bytes):
 slot    name        writer  meaning
 ======  ==========  ======  ==========================================================================
 0       header      agent   magic ``RHCH`` (u32) then version (u32)
-1       state       agent   0 run, 1 stop requested (pause at the next boundary), 2 ``stop_at`` fixed
+1       state       agent   0 run, 1 stop requested (pause at the next boundary), 2 ``stop_at`` fixed,
+                            3 orphaned (the agent is gone: stop at the next boundary)
 2       stop_at     agent   stop after finishing this iteration (valid when state is 2)
 3       iteration   client  iterations finished so far (the job's global step)
 4       paused_at   client  -1, or the iteration after which the client waits for ``stop_at``
@@ -28,6 +29,10 @@ slot    name        writer  meaning
 11      samples     client  samples per iteration when known (batch size), else 0
 12      group       agent   pid of the launched process, leader of the job's process group
 ======  ==========  ======  ==========================================================================
+
+"agent" is the agent that launched the process or, once that agent is gone, the lease's watchdog
+(:mod:`services.worker.watchdog`) or the next agent on the node (:mod:`services.worker.orphans`):
+they write only ``state = orphaned``, and only after the agent's death.
 """
 
 from __future__ import annotations
@@ -70,6 +75,10 @@ class LeaseSignal(enum.IntEnum):
     """Two-phase stop, phase one: pause at the next iteration boundary and publish it (``paused_at``)."""
     STOP_AT = 2
     """Phase two: finish iteration ``stop_at``, then stop."""
+    ORPHANED = 3
+    """The agent is gone (died, or silent for half the lease TTL): stop at the next iteration
+    boundary, rank 0 after its checkpoint, and exit, before the scheduler may run the job elsewhere.
+    A client that predates this value keeps running and is stopped by signals (SIGTERM, SIGKILL)."""
 
 
 class ClientStatus(enum.IntEnum):
@@ -162,6 +171,11 @@ class Channel:
         """Phase one: ask the client to pause at its next iteration boundary."""
         if self._q[STATE] == LeaseSignal.RUN:
             self._q[STATE] = LeaseSignal.STOP_REQUESTED
+
+    def orphan(self) -> None:
+        """The agent is gone: stop at the next boundary (a ``stop_at`` already fixed stands)."""
+        if self._q[STATE] != LeaseSignal.STOP_AT:
+            self._q[STATE] = LeaseSignal.ORPHANED
 
     def set_group(self, pid: int) -> None:
         """Record the launched process (its process group's leader), so a later agent can find it."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 import socket
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from schemas.ids import TOKEN_PATTERN
 from services.runtime.config import ServiceConfig
+from services.worker.orphans import check_timing
 
 __all__ = ["WorkerConfig", "default_node_id"]
 
@@ -29,8 +30,8 @@ class WorkerConfig(ServiceConfig):
     fake_gpus: int = Field(default=0, ge=0, le=64, description="Pretend to have N GPUs (0: ask NVML).")
     lease_ttl_s: float = Field(
         default=30.0, gt=0, le=3600,
-        description="Cut off from the bus half this long, the agent stops its jobs (done within it); "
-        "must equal the scheduler's.",
+        description="Cut off from the bus half this long, the agent stops its jobs (done within it); a job "
+        "whose agent is gone is stopped within it too; must equal the scheduler's.",
     )
     heartbeat_s: float = Field(default=2.0, gt=0, le=600, description="Heartbeat (and bus liveness check) period.")
     metrics_s: float = Field(default=1.0, gt=0, le=600, description="Job and node metrics publishing period.")
@@ -48,3 +49,10 @@ class WorkerConfig(ServiceConfig):
                                        description="Emulated seconds per iteration (before speed-up).")
     emulate_checkpoint_s: float = Field(default=10.0, ge=0,
                                         description="Emulated checkpoint cost on a revoke (before speed-up).")
+
+    @model_validator(mode="after")
+    def _jobs_stop_before_the_ttl(self) -> WorkerConfig:
+        """A job whose agent died or went silent must be able to stop before the scheduler reassigns
+        its GPUs (``services.worker.orphans``): ``heartbeat_s`` must leave room under ``lease_ttl_s``."""
+        check_timing(lease_ttl_s=self.lease_ttl_s, heartbeat_s=self.heartbeat_s)
+        return self

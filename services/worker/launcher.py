@@ -13,16 +13,15 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from schemas.leases import LeaseGrant
-from services.worker.channel import Channel, ChannelError
+from services.worker.channel import Channel
 
 __all__ = [
-    "LaunchError", "RankPlan", "RankProcess", "job_environment", "launch", "plan_ranks", "reap_orphans",
-    "stderr_tail",
+    "LaunchError", "RankPlan", "RankProcess", "job_environment", "launch", "plan_ranks", "stderr_tail",
 ]
 
 
@@ -73,8 +72,12 @@ def job_environment(
     nats: str,
     namespace: str,
     base: Mapping[str, str],
+    agent_pid: int | None = None,
 ) -> dict[str, str]:
-    """The environment of one rank: the agent's, then the spec's, then Roundhouse's (which win)."""
+    """The environment of one rank: the agent's, then the spec's, then Roundhouse's (which win).
+
+    ``ROUNDHOUSE_AGENT_PID`` (``agent_pid``) lets ``roundhouse.train`` notice on its own that the
+    agent is gone, should the lease's watchdog be gone too."""
     env = dict(base)
     env.update(grant.spec.env)
     env.update({
@@ -90,8 +93,10 @@ def job_environment(
         "ROUNDHOUSE_NAMESPACE": namespace,
         "ROUNDHOUSE_ATTEMPT": str(grant.attempt),
     })  # fmt: skip
-    for key in ("ROUNDHOUSE_RESUME_FROM", "ROUNDHOUSE_RESUME_ITERATION"):
+    for key in ("ROUNDHOUSE_RESUME_FROM", "ROUNDHOUSE_RESUME_ITERATION", "ROUNDHOUSE_AGENT_PID"):
         env.pop(key, None)
+    if agent_pid is not None:
+        env["ROUNDHOUSE_AGENT_PID"] = str(agent_pid)
     if grant.resume_from is not None:
         env["ROUNDHOUSE_RESUME_FROM"] = grant.resume_from
     if grant.resume_iteration is not None:
@@ -141,8 +146,11 @@ async def launch(
     nats: str,
     namespace: str,
     base_env: Mapping[str, str] | None = None,
+    watch: Callable[[int], None] | None = None,
 ) -> list[RankProcess]:
-    """Start every local rank of ``grant``; on any failure stop those already started and raise."""
+    """Start every local rank of ``grant``; on any failure stop those already started and raise.
+
+    ``watch`` is told each rank's process group as soon as it exists (the lease's watchdog)."""
     paths.lease_dir.mkdir(parents=True, exist_ok=True)
     paths.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     cwd = grant.spec.workdir
@@ -155,6 +163,7 @@ async def launch(
             env = job_environment(
                 grant, plan, channel=channel_path, checkpoint_dir=paths.checkpoint_dir,
                 nats=nats, namespace=namespace, base=os.environ if base_env is None else base_env,
+                agent_pid=os.getpid(),
             )  # fmt: skip
             log_path = paths.log(plan.local_rank)
             with log_path.open("ab") as log_file:
@@ -167,6 +176,8 @@ async def launch(
                     channel.close()
                     raise LaunchError(f"cannot start {grant.spec.command[0]!r}: {exc.strerror or exc}") from exc
             channel.set_group(process.pid)
+            if watch is not None:
+                watch(process.pid)
             started.append(RankProcess(plan, channel, log_path, process))
     except BaseException:
         for rank in started:
@@ -175,37 +186,6 @@ async def launch(
             rank.channel.close()
         raise
     return started
-
-
-def _runs_with_channel(pid: int, channel: Path) -> bool:
-    """Whether process ``pid`` is the one started with ``channel`` (guards against pid reuse)."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
-    return f"ROUNDHOUSE_CHANNEL={channel}".encode() in environ.split(b"\x00")
-
-
-def reap_orphans(leases_dir: Path) -> list[int]:
-    """Kill the process groups of training processes a previous agent left running on this node.
-
-    An agent that died without draining leaves its jobs running on GPUs the new agent registers as
-    free; their leases ended with the old incarnation. Each channel file names its process's pid,
-    which is checked against the process's environment before anything is signalled.
-    """
-    killed = []
-    for path in sorted(leases_dir.glob("*/rank-*.chan")):
-        try:
-            channel = Channel.open(path)
-        except ChannelError:
-            continue
-        pid = channel.group
-        channel.close()
-        if pid is not None and _runs_with_channel(pid, path):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-                killed.append(pid)
-    return killed
 
 
 def _check_workdir(cwd: str | None) -> None:

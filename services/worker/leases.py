@@ -23,6 +23,8 @@ from schemas.nodes import HeldLease, LeaseState
 if TYPE_CHECKING:
     from services.worker.emulator import EmulatedRun
     from services.worker.launcher import RankProcess
+    from services.worker.records import LeaseRecord
+    from services.worker.watchdog import Watchdog
 
 __all__ = ["EpochFence", "Lease", "LeaseTable"]
 
@@ -73,6 +75,10 @@ class Lease:
     kill_after_s: float | None = None
     """SIGTERM-to-SIGKILL gap for this lease (None: the worker's ``kill_after_s``)."""
     emulated: EmulatedRun | None = None
+    watchdog: Watchdog | None = None
+    """Stops the processes should this agent die or go silent (released once they have all exited)."""
+    record: LeaseRecord | None = None
+    """What is on disk about the lease for a next agent (``<lease dir>/lease.json``)."""
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once every process of the lease has exited."""
     ended: asyncio.Event = field(default_factory=asyncio.Event)

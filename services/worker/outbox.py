@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import nats.errors
 
@@ -28,13 +29,18 @@ class Outbox:
     """An ordered queue of events and the task that publishes them."""
 
     def __init__(self) -> None:
-        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        self._queue: asyncio.Queue[Event | Callable[[], None]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.published = 0
         self.retries = 0
 
     def put(self, event: Event) -> None:
         self._queue.put_nowait(event)
+
+    def then(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once every event put so far is published (e.g. forget a lease's record
+        once the fact that ended it is in the stream)."""
+        self._queue.put_nowait(callback)
 
     @property
     def pending(self) -> int:
@@ -48,6 +54,12 @@ class Outbox:
         while True:
             event = await self._queue.get()
             try:
+                if not isinstance(event, Event):
+                    try:
+                        event()
+                    except Exception:
+                        log.exception("an outbox callback failed")
+                    continue
                 while True:
                     try:
                         await bus.publish(subject_for(event), event)

@@ -57,13 +57,16 @@ from services.runtime.config import ServiceConfig
 from services.runtime.service import RoundhouseService
 from services.runtime.version import __version__
 from services.worker import two_phase
-from services.worker.channel import ClientStatus
+from services.worker.channel import ClientStatus, LeaseSignal
 from services.worker.config import WorkerConfig
 from services.worker.emulator import Emulator
 from services.worker.inventory import Inventory, discover, host_resources
-from services.worker.launcher import LaunchError, LeasePaths, launch, reap_orphans, stderr_tail
+from services.worker.launcher import LaunchError, LeasePaths, RankProcess, launch, plan_ranks, stderr_tail
 from services.worker.leases import Lease, LeaseTable
 from services.worker.outbox import Outbox
+from services.worker.records import LeaseRecord
+from services.worker.recovery import recover
+from services.worker.watchdog import Watchdog, keepalive_period
 
 __all__ = ["WorkerService"]
 
@@ -122,9 +125,10 @@ class WorkerService(RoundhouseService):
     async def start(self, bus: Bus) -> None:
         self._bus = bus
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        for pid in reap_orphans(self.work_dir / "leases"):
-            log.warning("killed process group %d left running by a previous agent on this node", pid)
         self.outbox.start(bus)
+        # Before registering: once registered, the scheduler releases the previous incarnation's
+        # leases and may grant their GPUs and jobs again.
+        await self._recover()
         self._subs = [
             await bus.serve(lease_grant(self.node_id), LeaseGrant, self._on_grant),
             await bus.serve(lease_revoke(self.node_id), LeaseRevoke, self._on_revoke),
@@ -139,6 +143,7 @@ class WorkerService(RoundhouseService):
         self._loops = [
             asyncio.create_task(self._liveness_loop(), name="worker-liveness"),
             asyncio.create_task(self._metrics_loop(), name="worker-metrics"),
+            asyncio.create_task(self._keepalive_loop(), name="worker-keepalive"),
         ]
         log.info("worker %s up with %d GPU(s)%s", self.node_id, len(self.inventory.gpus),
                  " (fake)" if self.inventory.fake else "")
@@ -158,6 +163,7 @@ class WorkerService(RoundhouseService):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*waits), budget * 0.7)
         await self.outbox.flush(budget * 0.2)
+        leases = list(self.table)  # a cancelled lease task takes its lease out of the table
         for task in self._loops:
             task.cancel()
         for sub in self._subs:
@@ -167,9 +173,11 @@ class WorkerService(RoundhouseService):
             task.cancel()
         await asyncio.gather(*self._loops, *self._tasks, return_exceptions=True)
         await self.outbox.stop()
-        for lease in self.table:
+        for lease in leases:
             for rank in lease.ranks:
                 rank.signal(signal.SIGKILL)
+        # Watchdogs of leases whose processes outlived the drain were not released: they see the
+        # agent exit and make sure those processes are gone.
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -189,6 +197,54 @@ class WorkerService(RoundhouseService):
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("worker task %s failed", task.get_name(), exc_info=task.exception())
+
+    # --- a previous agent's leases ------------------------------------------------------------------
+    async def _recover(self) -> None:
+        """Stop what a previous agent left running and report its leases' newest checkpoints
+        (:mod:`services.worker.recovery`), before this agent registers."""
+        cfg = self.cfg
+        recovered = await asyncio.to_thread(
+            recover, self.work_dir / "leases", checkpoint_root=self.checkpoint_root, lease_ttl_s=cfg.lease_ttl_s,
+            heartbeat_s=cfg.heartbeat_s, kill_after_s=cfg.kill_after_s,
+        )  # fmt: skip
+        done: list[Path] = []
+        for item in recovered:
+            if item.stopped is not None:
+                log.warning("lease %s: its processes %s (%.2f s)%s", item.lease_dir.name, item.stopped.how,
+                            item.stopped.seconds, f"; still there: {list(item.stopped.left)}" if item.stopped.left
+                            else "")  # fmt: skip
+            record = item.record
+            if record is None:
+                continue
+            done.append(item.lease_dir)
+            if item.checkpoint is None or not record.coordinator:
+                continue
+            if record.node_id != self.node_id:
+                log.warning("lease %s was run by node %s, not this one (%s): its checkpoint is not reported",
+                            record.lease_id, record.node_id, self.node_id)  # fmt: skip
+                continue
+            path, iteration = item.checkpoint
+            try:
+                fact = JobCheckpointed(job_id=record.job_id, lease_id=record.lease_id, node_id=self.node_id,
+                                       epoch=record.epoch, checkpoint_path=str(path), iteration=iteration)  # fmt: skip
+            except ValueError as exc:
+                log.warning("lease %s: cannot report its checkpoint: %s", record.lease_id, exc)
+                continue
+            log.info("lease %s of a previous agent: job %s checkpointed at iteration %d (%s)", record.lease_id,
+                     record.job_id, iteration, path)  # fmt: skip
+            self.counters["checkpointed"] += 1
+            self._emit(fact)
+        if done:
+
+            def forget() -> None:
+                for lease_dir in done:
+                    LeaseRecord.remove(lease_dir)
+
+            self.outbox.then(forget)
+            # Published before node.register goes out: the scheduler then most likely applies them
+            # while it still holds (or has just released) those leases, which is what it accepts.
+            if not await self.outbox.flush(min(10.0, self.cfg.lease_ttl_s / 2)):
+                log.warning("the checkpoints of a previous agent's leases are not published yet; they will be")
 
     # --- epoch persistence ------------------------------------------------------------------------
     @property
@@ -277,8 +333,9 @@ class WorkerService(RoundhouseService):
         paths = LeasePaths(lease_dir=self.work_dir / "leases" / grant.lease_id,
                            checkpoint_dir=self.checkpoint_root / grant.job_id)
         try:
-            lease.ranks = await launch(grant, paths, nats=self.cfg.nats, namespace=self.cfg.namespace)
+            lease.ranks = await self._launch(lease, paths)
         except (LaunchError, OSError) as exc:
+            self._retire(lease, paths.lease_dir)
             self._emit(JobFailed(job_id=grant.job_id, reason=FailureReason.LAUNCH_ERROR, lease_id=grant.lease_id,
                                  node_id=self.node_id, epoch=grant.epoch, iteration=grant.resume_iteration,
                                  checkpoint_path=grant.resume_from, message=str(exc), attempts=grant.attempt))
@@ -298,6 +355,39 @@ class WorkerService(RoundhouseService):
         elif lease.state is LeaseState.STOPPING:  # revoked while launching
             self._spawn(self._stop(lease), f"stop-{lease.lease_id}")
         await self._monitor(lease)
+
+    async def _launch(self, lease: Lease, paths: LeasePaths) -> list[RankProcess]:
+        """Record the lease on disk, start its watchdog, then its processes (no agent, no job)."""
+        grant, cfg = lease.grant, self.cfg
+        ranks = len(plan_ranks(grant))
+        lease.record = LeaseRecord(
+            lease_id=grant.lease_id, job_id=grant.job_id, node_id=self.node_id, epoch=grant.epoch,
+            coordinator=grant.is_coordinator, ranks=ranks, grace_period_s=grant.spec.grace_period_s,
+            resume_iteration=grant.resume_iteration,
+        )  # fmt: skip
+        lease.record.write(paths.lease_dir)
+        lease.watchdog = await Watchdog.start(
+            paths.lease_dir, ranks, lease_ttl_s=cfg.lease_ttl_s, heartbeat_s=cfg.heartbeat_s,
+            kill_after_s=cfg.kill_after_s, grace_s=grant.spec.grace_period_s,
+        )  # fmt: skip
+        return await launch(grant, paths, nats=cfg.nats, namespace=cfg.namespace, watch=lease.watchdog.watch)
+
+    def _retire(self, lease: Lease, lease_dir: Path) -> None:
+        """The lease's processes are all gone: release its watchdog; forget its record once the fact
+        that ends it (queued before this) is published."""
+        watchdog = lease.watchdog
+        if watchdog is not None:
+            lease.watchdog = None
+            watchdog.release()
+            self._spawn(watchdog.wait(), f"watchdog-{lease.lease_id}")
+        if lease.record is not None:
+            lease.record = None
+            self.outbox.then(lambda: LeaseRecord.remove(lease_dir))
+
+    @staticmethod
+    def _orphaned(lease: Lease) -> bool:
+        """Whether the lease's watchdog stopped it (it found this agent silent for half the TTL)."""
+        return any(not r.channel.closed and r.channel.signal is LeaseSignal.ORPHANED for r in lease.ranks)
 
     # --- revokes and the two-phase stop ----------------------------------------------------------
     async def _on_revoke(self, revoke: LeaseRevoke) -> LeaseAck:
@@ -443,7 +533,7 @@ class WorkerService(RoundhouseService):
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     code = task.result()
-                    if code != 0 and not lease.killed and lease.failure is None:
+                    if code != 0 and not lease.killed and lease.failure is None and not self._orphaned(lease):
                         lease.failure = (waits[task], code)
                         if pending:
                             self._spawn(self._kill(lease), f"kill-{lease.lease_id}")
@@ -472,6 +562,12 @@ class WorkerService(RoundhouseService):
                 pass
             elif lease.killed:
                 self._report_suspended(lease, grace_expired=True)
+            elif self._orphaned(lease) and lease.ranks[0].channel.status is not ClientStatus.FINISHED:
+                # This agent was silent (stopped, hung) for half the TTL and the watchdog stopped the
+                # job, as the agent itself does when cut off from the bus.
+                log.warning("lease %s: the watchdog stopped the job while this agent was silent", lease.lease_id)
+                lease.stop_reason = lease.stop_reason or SuspendReason.LEASE_EXPIRED
+                self._report_suspended(lease, grace_expired=any((r.returncode or 0) < 0 for r in lease.ranks))
             elif lease.stopping and lease.ranks[0].channel.status is not ClientStatus.FINISHED:
                 self._report_suspended(lease)
             else:
@@ -490,6 +586,10 @@ class WorkerService(RoundhouseService):
             # runs many leases).
             self._metrics_seen.pop(lease.lease_id, None)
             self._checkpoints_seen.pop(lease.lease_id, None)
+            if all(rank.returncode is not None for rank in lease.ranks):
+                self._retire(lease, self.work_dir / "leases" / lease.lease_id)
+            # else: cancelled (the agent exits) with processes left: the watchdog sees to them and
+            # the record tells the next agent about the lease.
             for rank in lease.ranks:
                 rank.channel.close()
             self.table.remove(lease)
@@ -646,6 +746,16 @@ class WorkerService(RoundhouseService):
                 lease.kill_after_s = kill_after
                 self._begin_stop(lease, SuspendReason.LEASE_EXPIRED, grace, propagate=False)
 
+    async def _keepalive_loop(self) -> None:
+        """A line to every lease's watchdog, several times per half TTL: silent that long (this agent
+        stopped or hung), the watchdogs stop the jobs (:mod:`services.worker.watchdog`)."""
+        period = keepalive_period(self.cfg.lease_ttl_s, self.cfg.heartbeat_s)
+        while True:
+            for lease in self.table:
+                if lease.watchdog is not None:
+                    lease.watchdog.keepalive()
+            await asyncio.sleep(period)
+
     async def _on_reconnected(self) -> None:
         self.last_contact = time.monotonic()
         await self.bus.publish(NODE_REGISTER, self._register())
@@ -697,9 +807,17 @@ class WorkerService(RoundhouseService):
             return
         self._checkpoints_seen[lease.lease_id] = iteration
         self.counters["checkpointed"] += 1
+        path = str(lease.checkpoint_dir / CHECKPOINT_NAME)
+        if lease.record is not None:
+            # On disk first: should this agent die before the fact is out, the next one reports it.
+            lease.record = lease.record.with_checkpoint(path, iteration)
+            try:
+                lease.record.write(self.work_dir / "leases" / lease.lease_id)
+            except OSError as exc:
+                log.warning("lease %s: cannot record its checkpoint on disk: %s", lease.lease_id, exc)
         self._emit(JobCheckpointed(
             job_id=grant.job_id, lease_id=grant.lease_id, node_id=self.node_id, epoch=grant.epoch,
-            checkpoint_path=str(lease.checkpoint_dir / CHECKPOINT_NAME), iteration=iteration,
+            checkpoint_path=path, iteration=iteration,
         ))  # fmt: skip
 
     def _publish_metrics(self, lease: Lease) -> None:

@@ -119,18 +119,24 @@ async def test_a_run_lost_past_its_checkpoint_resumes_from_the_checkpoint_iterat
                 ckpt, ckpt, suspended.checkpoint_path,
             )  # fmt: skip
 
-            # The node comes back (its predecessor's orphaned process is killed): run 3 resumes
-            # from the checkpoint's iteration, and its first iteration counts as its progress.
+            # Without its agent, run 2 stopped itself with a checkpoint (its lease's watchdog told
+            # it), which the node's next agent reports (job.checkpointed for run 2's lease) before
+            # it registers: run 3 resumes from that checkpoint's iteration, and its first
+            # iteration counts as its progress.
+            await wait_for((work_dir / "leases" / run2.lease_id / "orphaned.json").exists,
+                           what="run 2 stopped without its agent")  # fmt: skip
+            last = load_checkpoint(Path(suspended.checkpoint_path))["iteration"]
+            assert last >= ckpt + PAST
             agent = worker(broker, namespace, work_dir)
             await agent.start(facts)
             await wait_for(lambda: started(facts, "j", 3) is not None, timeout_s=15, what="run 3 started")
             run3 = started(facts, "j", 3)
             assert run3 is not None
-            assert (run3.iteration, run3.resumed_from) == (ckpt, suspended.checkpoint_path)
+            assert (run3.iteration, run3.resumed_from) == (last, suspended.checkpoint_path)
             lease = s.book.leases[run3.lease_id]
-            assert lease.from_iteration == ckpt
+            assert lease.from_iteration == last
             await wait_for(lambda: lease.progress_at is not None, timeout_s=15, what="run 3's progress seen")
-            await wait_for(lambda: entry.state.iterations_done > ckpt, what="run 3's progress in the book")
+            await wait_for(lambda: entry.state.iterations_done > last, what="run 3's progress in the book")
             log = (work_dir / "leases" / run3.lease_id / "rank-0.log").read_text()
             assert "the scheduler expected" not in log, log
         finally:
