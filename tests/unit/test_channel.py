@@ -141,3 +141,58 @@ async def test_coordinate_stop_gives_up_at_the_deadline_when_the_leader_never_ch
     assert await two_phase.coordinate_stop(lease, started + 0.1, None) is None
     assert 0.1 <= time.monotonic() - started < 1.0
     assert channel.signal is LeaseSignal.STOP_REQUESTED
+
+
+def test_orphaned_asks_for_a_stop_at_the_next_boundary_but_keeps_a_fixed_stop_at(tmp_path: Path) -> None:
+    agent = Channel.create(tmp_path / "c.chan")
+    client = Channel.open(tmp_path / "c.chan")
+    agent.orphan()
+    assert client.signal is LeaseSignal.ORPHANED
+    assert client.stop_at is None
+    agent.request_stop()  # nothing undoes it
+    assert client.signal is LeaseSignal.ORPHANED
+    other = Channel.create(tmp_path / "d.chan")
+    other.set_stop_at(7)
+    other.orphan()  # the two-phase stop already fixed where every rank stops: that stands
+    assert (other.signal, other.stop_at) == (LeaseSignal.STOP_AT, 7)
+
+
+@pytest.mark.parametrize("rank", [0, 1], ids=["leader", "follower"])
+def test_an_orphaned_rank_stops_at_its_next_boundary_and_the_leader_checkpoints(tmp_path: Path, rank: int) -> None:
+    path = tmp_path / "rank.chan"
+    agent = Channel.create(path)
+    job = Job(JobEnv(rank=rank, world_size=2, channel=path, checkpoint_dir=tmp_path / "ck"))
+    seen = []
+    for batch in job.iterate(range(100), max_iterations=100, model=_Counter()):
+        seen.append(batch)
+        if batch == 6:
+            agent.orphan()  # the watchdog found the agent gone during iteration 7
+    assert (seen, job.iteration, job.stopping, job.orphaned) == (list(range(7)), 7, True, True)
+    assert agent.status is ClientStatus.STOPPED
+    if rank == 0:
+        assert agent.checkpoint_iteration == 7
+        assert (tmp_path / "ck" / "checkpoint.pt").is_file()
+    else:
+        assert not (tmp_path / "ck").exists()
+
+
+def test_an_orphan_paused_for_stop_at_stops_instead_of_waiting_forever(tmp_path: Path) -> None:
+    path = tmp_path / "rank.chan"
+    agent = Channel.create(path)
+    job = Job(JobEnv(channel=path, checkpoint_dir=tmp_path))
+    agent.request_stop()  # phase one, then the agent dies before phase two
+    timer = threading.Timer(0.05, agent.orphan)
+    timer.start()
+    started = time.monotonic()
+    assert job.should_stop()
+    assert time.monotonic() - started < 5
+    assert (agent.paused_at, job.orphaned) == (0, True)
+    timer.join()
+
+
+class _Counter:
+    def state_dict(self) -> dict[str, int]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        pass

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from roundhouse import train
 from roundhouse.train import CheckpointError, EnvError, Job, JobEnv, Position, load_checkpoint, save_checkpoint
+from roundhouse.train._agent import AgentWatch
 from services.worker.channel import Channel, ClientStatus
 
 
@@ -167,3 +172,52 @@ def test_model_and_optimizer_state_survive_a_checkpoint(tmp_path: Path) -> None:
     for a, b in zip(model.parameters(), fresh.parameters(), strict=True):
         assert torch.equal(a, b)
     assert fresh_opt.state_dict()["state"][0]["step"] == optimizer.state_dict()["state"][0]["step"]
+
+
+def test_the_agent_watch_sees_the_agent_process_end() -> None:
+    agent = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        watch = AgentWatch(agent.pid)
+        assert watch.watching
+        assert not watch.gone()
+        assert agent.stdin is not None
+        agent.stdin.close()
+        agent.wait(10)
+        assert watch.gone()  # the process ended (pidfd), though nobody reaped it here before
+        assert watch.gone()
+        watch.close()
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def test_a_job_stops_on_its_own_when_its_agent_process_ends(tmp_path: Path) -> None:
+    """No watchdog said so (the channel still says run): the client's own check stops it."""
+    agent = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    chan = tmp_path / "rank.chan"
+    channel = Channel.create(chan)
+    job = Job(JobEnv(channel=chan, checkpoint_dir=tmp_path, agent_pid=agent.pid))
+    deadline = time.monotonic() + 10
+    assert agent.stdin is not None
+    try:
+        for i in job.iterate(itertools.count(), model=_Counter()):
+            if i == 3:
+                agent.stdin.close()
+                agent.wait(10)
+            time.sleep(0.01)
+            assert time.monotonic() < deadline, "the job did not notice"
+    finally:
+        agent.kill()
+        agent.wait()
+    assert (job.stopping, job.orphaned) == (True, True)
+    assert channel.checkpoint_iteration == job.iteration
+    assert load_checkpoint(job.checkpoint_path)["iteration"] == job.iteration
+    job.close()
+
+
+class _Counter:
+    def state_dict(self) -> dict[str, int]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        pass
