@@ -4,6 +4,10 @@ Used by ``roundhouse up`` and by the test fixtures. The server picks its own fre
 and reports it through a ports file, so two brokers started at once never race for a port. A restart
 reuses the port the first start was given, so connected clients reconnect to the same URL, and the
 JetStream data directory, so stored lifecycle events survive.
+
+``BrokerCluster`` runs several of them as one NATS cluster (routes between them, clustered
+JetStream, each server its own store), for tests and benchmarks of replicated streams (R3): it can
+kill -9 one server, restart it, and say which server leads the JetStream meta group or a stream.
 """
 
 from __future__ import annotations
@@ -13,11 +17,19 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sysconfig
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
 
 SERVER_BINARY_ENV = "ROUNDHOUSE_NATS_SERVER"
 
@@ -63,6 +75,12 @@ class Broker:
     """None: let the server choose a free port on first start."""
     binary: Path = field(default_factory=find_server_binary)
     startup_timeout_s: float = 10.0
+    server_name: str | None = None
+    """The server's name (a cluster's servers need distinct, stable ones); None: the server makes one up."""
+    cluster: ClusterRoutes | None = None
+    """Join a NATS cluster (``BrokerCluster``); None: a single server."""
+    http_port: int | None = None
+    """Monitoring port (``/healthz``, ``/jsz``); None: no monitoring endpoint."""
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -95,7 +113,7 @@ class Broker:
         # Rounds carry their snapshot: a full one for 20,000 jobs is about 5 MB, over NATS's 1 MiB
         # default (deploy/nats-server.conf raises it the same way).
         config = self.data_dir / "nats-server.conf"
-        config.write_text(f"max_payload: {MAX_PAYLOAD_BYTES}\n")
+        config.write_text(self._config_text())
         args = [
             str(self.binary),
             "-c", str(config),
@@ -114,6 +132,23 @@ class Broker:
         )  # fmt: skip
         self.port = self._wait_for_port(ports_dir)
         return self.url
+
+    def _config_text(self) -> str:
+        lines = [f"max_payload: {MAX_PAYLOAD_BYTES}"]
+        if self.server_name is not None:
+            lines.append(f"server_name: {json.dumps(self.server_name)}")
+        if self.http_port is not None:
+            lines.append(f"http: {json.dumps(f'{self.host}:{self.http_port}')}")
+        if self.cluster is not None:
+            routes = ", ".join(json.dumps(route) for route in self.cluster.routes)
+            lines += [
+                "cluster {",
+                f"  name: {json.dumps(self.cluster.name)}",
+                f"  listen: {json.dumps(f'{self.host}:{self.cluster.port}')}",
+                f"  routes: [{routes}]",
+                "}",
+            ]
+        return "\n".join(lines) + "\n"
 
     def _wait_for_port(self, ports_dir: Path) -> int:
         assert self._process is not None
@@ -180,6 +215,236 @@ class Broker:
         await asyncio.to_thread(self.stop)
 
     def __enter__(self) -> Broker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRoutes:
+    """How one server joins a NATS cluster: the cluster's name, the port this server takes routes on,
+    and the route URLs of every server (its own among them: a server skips the route to itself)."""
+
+    name: str
+    port: int
+    routes: tuple[str, ...]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports that are free on ``host`` now.
+
+    The sockets are held open together (so the ports differ) and closed before returning: another
+    process may still take one before a server binds it, which ``BrokerCluster.start`` notices (the
+    server exits at start) and answers by trying again with new ports."""
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@dataclass(slots=True)
+class BrokerCluster:
+    """``size`` nats-servers routed into one cluster with clustered JetStream (for R3 streams).
+
+    Every server listens on 127.0.0.1 (``host``) only, on ports chosen free at the first start and
+    kept for restarts (so clients given ``urls`` find a restarted server again), with its own store
+    under ``data_dir/<name>`` and a monitoring port (``/healthz``, ``/jsz``). Servers are named
+    ``n0``, ``n1``, ...; ``kill``, ``restart`` and the leader look-ups take a name or an index.
+    ``start`` returns once every server is healthy and the JetStream meta group has a leader."""
+
+    data_dir: Path
+    size: int = 3
+    name: str = "roundhouse"
+    """The cluster's name (``cluster { name }``)."""
+    host: str = "127.0.0.1"
+    binary: Path = field(default_factory=find_server_binary)
+    ready_timeout_s: float = 30.0
+    servers: list[Broker] = field(default_factory=list, init=False)
+
+    _START_ATTEMPTS = 3
+    """Fresh port sets tried when a server cannot bind the ports it was given (taken meanwhile)."""
+
+    @property
+    def url_list(self) -> list[str]:
+        """Every server's client URL, the killed ones included (clients skip them until they return)."""
+        return [server.url for server in self.servers]
+
+    @property
+    def urls(self) -> str:
+        """The comma-separated client URLs, as ``--nats`` and ``ROUNDHOUSE_NATS`` take them."""
+        return ",".join(self.url_list)
+
+    @property
+    def names(self) -> list[str]:
+        return [server.server_name or "" for server in self.servers]
+
+    @property
+    def running(self) -> list[str]:
+        """Names of the servers whose process is alive."""
+        return [server.server_name or "" for server in self.servers if server.running]
+
+    def server(self, which: int | str) -> Broker:
+        """A server by index or by name."""
+        if isinstance(which, int):
+            return self.servers[which]
+        for server in self.servers:
+            if server.server_name == which:
+                return server
+        raise BrokerError(f"no server named {which!r} in cluster {self.name} ({', '.join(self.names)})")
+
+    def start(self) -> str:
+        """Start every server that is not running and wait until the cluster is ready; return ``urls``."""
+        if not self.servers:
+            for attempt in range(1, self._START_ATTEMPTS + 1):
+                self.servers = self._configure()
+                try:
+                    for server in self.servers:
+                        server.start()
+                    break
+                except BrokerError:
+                    self.stop()
+                    if attempt == self._START_ATTEMPTS:
+                        raise
+        else:
+            for server in self.servers:
+                server.start()
+        self.wait_ready()
+        return self.urls
+
+    def _configure(self) -> list[Broker]:
+        ports = free_ports(3 * self.size, self.host)
+        client, route, http = ports[: self.size], ports[self.size : 2 * self.size], ports[2 * self.size :]
+        routes = tuple(f"nats-route://{self.host}:{port}" for port in route)
+        servers: list[Broker] = []
+        for i in range(self.size):
+            membership = ClusterRoutes(self.name, route[i], routes)
+            servers.append(Broker(
+                self.data_dir / f"n{i}", host=self.host, port=client[i], binary=self.binary,
+                server_name=f"n{i}", cluster=membership, http_port=http[i],
+            ))  # fmt: skip
+        return servers
+
+    def kill(self, which: int | str) -> str:
+        """kill -9 one server (as a crash would); return its name. Its store is kept for ``restart``."""
+        server = self.server(which)
+        server.kill()
+        return server.server_name or ""
+
+    def restart(self, which: int | str) -> str:
+        """Start a stopped or killed server again (same ports, same store) and wait until it has caught
+        up (healthy: its streams and consumers current); return its URL."""
+        server = self.server(which)
+        server.stop()
+        url = server.start()
+        self.wait_ready()
+        return url
+
+    def stop(self) -> None:
+        """Stop every server (SIGTERM, then SIGKILL past the broker's time-out)."""
+        for server in self.servers:
+            server.stop()
+
+    # --- readiness and leaders (from the monitoring endpoint) --------------------------------------
+    def _monitor(self, server: Broker, path: str) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON body) of a monitoring request; status 0 when the server did not answer."""
+        url = f"http://{self.host}:{server.http_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as reply:  # our own server on 127.0.0.1
+                return int(reply.status), json.loads(reply.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            try:
+                body = json.loads(exc.read() or b"{}")
+            except ValueError:
+                body = {}
+            return int(exc.code), body if isinstance(body, dict) else {}
+        except (OSError, ValueError):
+            return 0, {}
+
+    def _meta_view(self) -> tuple[str | None, list[str]]:
+        """(the meta leader every running server agrees on, or None; the running servers not healthy)."""
+        leaders: set[str] = set()
+        unhealthy: list[str] = []
+        for server in self.servers:
+            if not server.running:
+                continue
+            status, _ = self._monitor(server, "/healthz")
+            if status != 200:
+                unhealthy.append(server.server_name or "")
+            _, jsz = self._monitor(server, "/jsz")
+            meta = jsz.get("meta_cluster") or {}
+            leaders.add(str(meta.get("leader") or ""))
+        running = set(self.running)
+        leader = leaders.pop() if len(leaders) == 1 else None
+        return (leader if leader in running else None), unhealthy
+
+    def meta_leader(self) -> str | None:
+        """The server leading the JetStream meta group, if every running server agrees on one."""
+        return self._meta_view()[0]
+
+    def wait_ready(self, timeout_s: float | None = None) -> str:
+        """Wait until every running server is healthy (``/healthz``: JetStream in contact with the meta
+        leader and its streams current) and all agree on a running meta leader; return its name."""
+        timeout_s = self.ready_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for server in self.servers:
+                if server._process is not None and not server.running:
+                    raise BrokerError(f"{server.server_name} exited: {server._log_tail()}")
+            leader, unhealthy = self._meta_view()
+            if leader is not None and not unhealthy:
+                return leader
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"cluster {self.name} not ready within {timeout_s} s: meta leader {leader}, unhealthy {unhealthy}"
+                )
+            time.sleep(0.05)
+
+    async def astart(self) -> str:
+        return await asyncio.to_thread(self.start)
+
+    async def astop(self) -> None:
+        await asyncio.to_thread(self.stop)
+
+    async def arestart(self, which: int | str) -> str:
+        return await asyncio.to_thread(self.restart, which)
+
+    async def stream_leader(self, stream: str, *, timeout_s: float = 15.0, not_on: str | None = None) -> str:
+        """The running server that leads ``stream`` (JetStream's ``STREAM.INFO`` reply: ``cluster.leader``),
+        waiting up to ``timeout_s`` for one (after a kill, until the survivors elected one). With
+        ``not_on``, a leader of that name does not count (e.g. the server just killed)."""
+        deadline = time.monotonic() + timeout_s
+        nc = await nats.connect(
+            [server.url for server in self.servers if server.running],
+            connect_timeout=1.0, allow_reconnect=True, max_reconnect_attempts=3, reconnect_time_wait=0.1,
+        )  # fmt: skip
+        try:
+            js = nc.jetstream(timeout=1.0)
+            last = "no reply"
+            while True:
+                try:
+                    info = await js.stream_info(stream)
+                except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+                    last = repr(exc)
+                else:
+                    leader = info.cluster.leader if info.cluster is not None else None
+                    last = f"leader {leader!r}"
+                    if leader and leader != not_on and leader in self.running:
+                        return leader
+                if time.monotonic() > deadline:
+                    raise BrokerError(f"stream {stream} has no leader within {timeout_s} s ({last})")
+                await asyncio.sleep(0.05)
+        finally:
+            await nc.close()
+
+    def __enter__(self) -> BrokerCluster:
         self.start()
         return self
 
