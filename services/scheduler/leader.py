@@ -2,8 +2,10 @@
 
 The key ``leader`` of the bucket ``scheduler-leader`` (TTL ``leader_ttl_s``) holds
 ``{"instance": ..., "epoch": N}``. A replica becomes leader with ``create`` (the key must not exist);
-the revision that ``create`` returns is the **epoch**, the fencing token every lease command
-carries: KV revisions are stream sequence numbers, so a later term always has a larger epoch. The
+the revision that ``create`` returns is the *candidate* epoch: KV revisions are stream sequence
+numbers, so a later term has a larger one, until NATS loses its data and they start again at 1. The
+term's **epoch**, the fencing token every lease command carries, is therefore claimed in the store
+on election (``term.py``, ``Store.claim_term``): above every epoch claimed before. The
 leader renews every ``ttl / 3`` with ``update(last=revision)``. A failed compare-and-set means
 another replica took over: the leader steps down at once. A leader that cannot reach the broker
 steps down when its last successful renewal is ``ttl`` old, because the key may have expired and

@@ -1,12 +1,21 @@
 """Terms: what a replica starts when it is elected leader, and stops when it is deposed.
 
-On election (:meth:`Leadership.on_elected`) the replica loads its book from the store and its node
+On election (:meth:`Leadership.on_elected`) the replica first claims the term in the store
+(``Store.claim_term``): the term's epoch is above every epoch claimed before, even when the election's
+KV revision started again after NATS lost its data, and from then on every write of this replica is
+fenced to that epoch (a write after a newer leader claimed fails in the store, whole). Then it loads
+a fresh book from the store and its node
 inventory (every node given a fresh ``lease_ttl_s``: nobody knows when it last spoke), requeues
 RUNNING jobs found without a lease, opens a :class:`Term` (the epoch, its ``LeaseExecutor`` and
 ``RoundTimer``), starts the durable consumers of the job and node facts, subscribes to heartbeats,
 plans and the fast path of ``job.suspended``, serves ``query.jobs``, watches the job metrics and
 runs the round loop and the sweeper. On deposition (:meth:`Leadership.on_deposed`) it stops all of
 that before another replica can act, and forgets the book.
+
+Election and deposition never interleave (one lock): a deposition that finishes late can never
+replace the book of a term that began meanwhile. A consumer's handler refuses to run, and refuses to
+have its message acked, once its term is over (:func:`_fenced`): the message is left to the next
+leader instead of being acked by a replica that woke up deposed (a paused process).
 """
 
 from __future__ import annotations
@@ -25,11 +34,11 @@ from schemas.jobs import JobSuspended
 from schemas.nodes import NodeHeartbeat
 from schemas.rounds import PlacementPlan
 from schemas.subjects import JOB_SUSPENDED, NODE_HEARTBEAT, PLACEMENT_PLAN, QUERY_JOBS
-from services.runtime.consumer import ConsumerOptions, DurableConsumer
+from services.runtime.consumer import ConsumerHandler, ConsumerOptions, DurableConsumer
 from services.runtime.kv import KVWatcher
 from services.runtime.store import LeaseRecord
 from services.scheduler.book import JobBook
-from services.scheduler.executor import LeaseExecutor
+from services.scheduler.executor import DeposedError, LeaseExecutor
 from services.scheduler.inventory import META_KEY
 from services.scheduler.leases import leases_from_records
 from services.scheduler.metrics import BUCKET as METRICS_BUCKET
@@ -91,18 +100,30 @@ class Leadership:
         self.execution = execution
         self.on_query = on_query
         self.consumer_options = consumer_options
+        self._transition = asyncio.Lock()
 
-    async def on_elected(self, epoch: int) -> None:
+    async def on_elected(self, revision: int) -> None:
+        """Take over with the election's ``revision`` as the candidate epoch (see the module doc)."""
+        async with self._transition:
+            await self._take_over(revision)
+
+    async def _take_over(self, revision: int) -> None:
         r = self.replica
         assert r.bus is not None
         assert r.store is not None
         bus, store, cfg = r.bus, r.store, r.cfg
+        epoch = await store.claim_term(revision)
+        if epoch != revision:
+            log.warning("election revision %d is not above the store's last term: this term's epoch is %d",
+                        revision, epoch)  # fmt: skip
         r.inventory.loads(await store.get_meta(META_KEY), r.clock.monotonic())
         records = await store.active_jobs()
         lease_rows: list[LeaseRecord] = []
         for node_id in sorted({n.node_id for n in r.inventory.live()}):
             lease_rows.extend(await store.leases_for_node(node_id))
-        orphans = r.book.load(records, leases_from_records(lease_rows))
+        book = JobBook()
+        orphans = book.load(records, leases_from_records(lease_rows))
+        r.book = book
         last = await store.last_round()
         self.cycle.begin_term(last.round_number if last is not None else 0)
         executor = LeaseExecutor(
@@ -120,9 +141,9 @@ class Leadership:
             async with r.lock:
                 await self.execution.requeue(orphans)
         for subject, (model, handler) in {**self.facts.consumers(), **self.nodes.consumers()}.items():
-            term.consumers.append(
-                await bus.consume(subject, model, handler, durable=CONSUMERS[subject], options=self.consumer_options)
-            )
+            term.consumers.append(await bus.consume(
+                subject, model, _fenced(r, term, handler), durable=CONSUMERS[subject], options=self.consumer_options
+            ))  # fmt: skip
         term.subscriptions.append(await bus.subscribe(NODE_HEARTBEAT, NodeHeartbeat, self.nodes.on_heartbeat))
         term.subscriptions.append(await bus.subscribe(JOB_SUSPENDED, JobSuspended, self.facts.on_suspension_seen))
         term.subscriptions.append(await bus.subscribe(PLACEMENT_PLAN, PlacementPlan, self.cycle.on_plan))
@@ -135,6 +156,10 @@ class Leadership:
         log.info("leading", extra={"epoch": epoch, "jobs": len(r.book.jobs), "nodes": len(r.inventory)})
 
     async def on_deposed(self, epoch: int) -> None:
+        async with self._transition:
+            await self._stop_term()
+
+    async def _stop_term(self) -> None:
         r = self.replica
         term, r.term = r.term, None
         if term is None:
@@ -152,4 +177,24 @@ class Leadership:
             await watcher.stop()
         if term.pending_plan is not None and not term.pending_plan[2].done():
             term.pending_plan[2].cancel()
-        r.book = JobBook()
+        if r.term is None:  # (always, under the lock; kept as the rule: never wipe a newer term's book)
+            r.book = JobBook()
+
+
+def _fenced(replica: Replica, term: Term, handler: ConsumerHandler[Any]) -> ConsumerHandler[Any]:
+    """``handler`` for one term's consumer: it runs only while the term is current, and its message
+    is acked only if the term still was when it finished (else the consumer naks it for the next
+    leader). Writes are fenced in the store besides; this covers what a handler keeps in memory."""
+
+    def current() -> bool:
+        return replica.term is term and replica.is_current(term.epoch)
+
+    async def run(event: Any) -> Any:
+        if not current():
+            raise DeposedError(f"term {term.epoch} is over; left for the next leader")
+        result = await handler(event)
+        if result is None and not current():
+            raise DeposedError(f"term {term.epoch} ended while handling this; left for the next leader")
+        return result
+
+    return run

@@ -71,7 +71,7 @@ async def test_a_replica_count_the_single_server_cannot_hold_fails_with_the_reas
     options = BusOptions(namespace=_namespace(), stream_replicas=3)
     bus = await Bus.connect(broker.url, name="svc", options=options, provision=False)
     try:
-        with pytest.raises(PublishError, match="3 replica.*not supported in non-clustered mode"):
+        with pytest.raises(PublishError, match=r"3 replica.*not supported in non-clustered mode"):
             await bus.provision()
     finally:
         await bus.close()

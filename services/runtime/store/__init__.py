@@ -36,12 +36,14 @@ from services.runtime.store.records import (
 )
 from services.runtime.store.repository import Store
 from services.runtime.store.tables import SCHEMA_VERSION
+from services.runtime.store.term import FencedOutError
 
 __all__ = [
     "DB_FILENAME",
     "SCHEMA_VERSION",
     "ConstraintViolationError",
     "DeleteLeases",
+    "FencedOutError",
     "InsertJobs",
     "JobChanges",
     "JobNotFoundError",

@@ -55,6 +55,7 @@ from services.runtime.store.tables import (
     RoundRow,
     meta_table,
 )
+from services.runtime.store.term import TERM_KEY, claim_term
 from services.runtime.store.writer import BatchWriter
 
 _ACTIVE = tuple(s.value for s in JobStatus if not s.is_final)
@@ -189,6 +190,19 @@ class Store:
         async with self._session() as session:
             row = await session.get(AppliedEventRow, (consumer, str(event_id)))
             return row is not None
+
+    async def claim_term(self, candidate: int) -> int:
+        """Claim a leadership term: an epoch above every epoch claimed before (``term.py``), even
+        when ``candidate`` (the election's own counter) started again after NATS lost its data.
+        Then fence this store to it: every later write fails once a newer term is claimed."""
+        epoch = await claim_term(self._engine, candidate)
+        self._writer.fence = epoch
+        return epoch
+
+    async def term(self) -> int:
+        """The epoch of the last term claimed in this store (0 if none)."""
+        value = await self.get_meta(TERM_KEY)
+        return int(value) if value is not None else 0
 
     async def get_meta(self, key: str) -> str | None:
         async with self._session() as session:

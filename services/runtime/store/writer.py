@@ -33,6 +33,7 @@ from services.runtime.store.ops import (
     run_steps,
 )
 from services.runtime.store.records import WriterStats
+from services.runtime.store.term import FencedOutError, check_fence
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class BatchWriter:
         self._wakeup: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self.fence: int | None = None
+        """The leader epoch every transaction must still hold (``term.py``); None: unfenced."""
         self._transactions = 0
         self._batches = 0
         self._requests = 0
@@ -177,6 +180,8 @@ class BatchWriter:
                 # A redelivered event in the batch: look the batch's events up first this time.
                 self._claim_retries += 1
                 flags = await self._write_batch(batch, preselect=True)
+        except FencedOutError as exc:
+            outcomes = [exc for _ in batch]  # no request of a fenced-out term may commit
         except Exception as exc:
             log.debug("batch of %d requests failed (%s); retrying request by request", len(batch), exc)
             self._isolated += 1
@@ -201,6 +206,8 @@ class BatchWriter:
         async with self._engine.connect() as conn:
             await conn.execution_options(**WRITER_OPTIONS)
             async with conn.begin():
+                if self.fence is not None:
+                    await check_fence(conn, self.fence)
                 if any(r.mark is not None for r in batch):
                     flags = await claim_events(conn, self._st, [r.mark for r in batch], preselect=preselect)
                     steps = [s for r, run in zip(batch, flags, strict=True) if run for s in r.steps]
@@ -217,6 +224,8 @@ class BatchWriter:
             async with self._engine.connect() as conn:
                 await conn.execution_options(**WRITER_OPTIONS)
                 async with conn.begin():
+                    if self.fence is not None:
+                        await check_fence(conn, self.fence)
                     for req in batch:
                         savepoint = await conn.begin_nested()
                         try:
