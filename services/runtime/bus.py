@@ -101,7 +101,11 @@ class BusOptions:
     """Prefix for subjects, streams and buckets ('' = none)."""
     publish_timeout_s: float = 2.0
     publish_attempts: int = 5
-    """Durable publishes retry this often (same Nats-Msg-Id, so never stored twice)."""
+    """Durable publishes are tried at least this often (same Nats-Msg-Id, so never stored twice)..."""
+    publish_retry_s: float = 15.0
+    """...and for at least this long: a replicated stream whose leader's server died has no leader
+    for the 4-9 s the others take to elect one (its subjects answer "no responders" at once
+    meanwhile). Must stay well within ``duplicate_window_s``."""
     stream_max_age_s: float = 7 * 24 * 3600
     duplicate_window_s: float = 120.0
     """JetStream keeps message ids this long for dedup; retries must land within it."""
@@ -289,24 +293,49 @@ class Bus:
 
     async def _publish_durable(self, subject: str, data: bytes, msg_id: str) -> None:
         headers = {MSG_ID_HEADER: msg_id}
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         delay = 0.05
-        last_error: Exception | None = None
-        for attempt in range(self.options.publish_attempts):
+        attempt = 0
+        stream_checked = False
+        while True:
+            attempt += 1
             try:
                 await self.js.publish(self.wire(subject), data, headers=headers)
                 return
             except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError,
-                    nats.errors.ConnectionReconnectingError, nats.errors.OutboundBufferLimitError) as exc:
+                    nats.errors.ConnectionReconnectingError, nats.errors.OutboundBufferLimitError,
+                    nats.js.errors.ServiceUnavailableError) as exc:  # fmt: skip
                 # The ack may have been lost while the message was stored: the retry carries the
                 # same Nats-Msg-Id, so JetStream drops it as a duplicate instead of storing it twice.
-                last_error = exc
                 self.stats.publish_retries += 1
-                log.warning("durable publish on %s failed (attempt %d): %r", subject, attempt + 1, exc)
+                if isinstance(exc, nats.js.errors.NoStreamResponseError) and not stream_checked:
+                    # No stream to wait for (never provisioned) fails at once; a stream electing a
+                    # new leader answers the same "no responders" for seconds, so that is waited out.
+                    stream_checked = True
+                    if not await self._stream_exists():
+                        raise PublishError(
+                            f"no stream takes {subject}: {self.stream_name} does not exist (the services create "
+                            "it when they start)"
+                        ) from None
+                elapsed = loop.time() - began
+                if attempt >= self.options.publish_attempts and elapsed + delay >= self.options.publish_retry_s:
+                    raise PublishError(
+                        f"no JetStream ack for {subject} after {attempt} attempts in {elapsed:.1f} s: {exc!r}"
+                    ) from None
+                log.warning("durable publish on %s failed (attempt %d): %r", subject, attempt, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
-        raise PublishError(
-            f"no JetStream ack for {subject} after {self.options.publish_attempts} attempts: {last_error!r}"
-        )
+
+    async def _stream_exists(self) -> bool:
+        """False only when JetStream says the stream does not exist (any other answer: it may)."""
+        try:
+            await self.js.stream_info(self.stream_name)
+        except nats.js.errors.NotFoundError:
+            return False
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError):
+            pass  # no meta leader either, or disconnected: keep trying the publish
+        return True
 
     async def publish_many(self, subject: str, events: Sequence[Event]) -> None:
         """Publish a batch, pipelining JetStream acks (much faster than one awaited ack at a time)."""
