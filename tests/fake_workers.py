@@ -205,8 +205,11 @@ class FakeWorkers:
         completed: bool,
         iteration: int = 10,
         reason: SuspendReason = SuspendReason.PREEMPTED,
+        publish: bool = True,
     ) -> JobCompleted | JobSuspended:
-        """End a lease's job: ``job.completed``, or ``job.suspended`` with a checkpoint; returns the fact."""
+        """End a lease's job: ``job.completed``, or ``job.suspended`` with a checkpoint; returns the fact.
+        With ``publish=False`` the fact is only returned (an agent's outbox holding it back): the
+        caller publishes it when the test wants it to land."""
         node = self.nodes[node_id]
         held = node.leases.pop(lease_id)
         grant = held.grant
@@ -215,14 +218,16 @@ class FakeWorkers:
         fact: JobCompleted | JobSuspended
         if completed:
             fact = JobCompleted(**common, iteration=iteration)
-            await self.bus.publish(JOB_COMPLETED, fact)
+            if publish:
+                await self.bus.publish(JOB_COMPLETED, fact)
         else:
             self.timeline.append((time.monotonic(), "suspended", grant.job_id))
             fact = JobSuspended(
                 **common, reason=reason, iteration=iteration,
                 checkpoint_path=f"/ckpt/{grant.job_id}/{iteration}", checkpoint_iteration=iteration,
             )  # fmt: skip
-            await self.bus.publish(JOB_SUSPENDED, fact)
+            if publish:
+                await self.bus.publish(JOB_SUSPENDED, fact)
         return fact
 
     def register_message(self, node_id: str) -> NodeRegister:

@@ -505,6 +505,10 @@ class JobBook:
         # A job already completed (its work done under an earlier lease) keeps that run's progress:
         # the checkpoint of a re-run stopped after it is older.
         behind = state.status is JobStatus.COMPLETED and iterations is not None and iterations < state.iterations_done
+        if checkpoint is not None and _older(checkpoint_iteration, entry):
+            # A newer checkpoint of an earlier run landed while this run went (``late_checkpoint``):
+            # the job resumes from that one, not from this run's older one.
+            checkpoint, checkpoint_iteration = entry.checkpoint_path, entry.checkpoint_iteration
         if checkpoint is not None and not behind:
             # A path reported without its iteration (job.completed and job.failed carry none) is
             # recorded as of unknown iteration rather than paired with the previous checkpoint's.
@@ -615,18 +619,27 @@ class JobBook:
     def late_checkpoint(self, job_id: str, checkpoint: str | None, checkpoint_iteration: int | None) -> Change:
         """A suspension reported after the lease was already released (the run was lost, e.g. at
         its revoke deadline or with its node, and the worker's fact came later): keep its
-        checkpoint if it is newer than the one the job would resume from, and resume from there."""
+        checkpoint if it is newer than the one the job would resume from, and resume from there.
+
+        The job may have been granted again meanwhile (a returning node's heartbeat overtook its
+        queued ``job.suspended``; issue 18): the newer checkpoint is kept all the same, so that the
+        next run resumes from it unless the current run gets further (``release`` keeps the newer
+        of the two). The current run, which resumed from the older one, runs on."""
         entry = self.jobs.get(job_id)
         change = Change()
-        if entry is None or entry.lease is not None or checkpoint is None:
+        if entry is None or entry.state.status.is_final or checkpoint is None:
             return change
         current = self.resume_iteration(entry)
         if checkpoint_iteration is not None and current is not None and checkpoint_iteration < current:
             return change
+        if entry.lease is not None and (checkpoint_iteration is None or checkpoint_iteration == current):
+            return change  # nothing newer than what the running run resumed from
         changes: JobChanges = {"checkpoint_path": checkpoint, "checkpoint_iteration": checkpoint_iteration}
-        changes.update(self._rewind(checkpoint, checkpoint_iteration))
+        if entry.lease is None:
+            changes.update(self._rewind(checkpoint, checkpoint_iteration))
         change.update_job(entry, changes)
-        self._touch(change, entry)
+        if entry.lease is None:
+            self._touch(change, entry)
         return change
 
     def checkpointed(self, job_id: str, lease_id: str, checkpoint: str, iteration: int) -> Change:
@@ -690,3 +703,10 @@ class JobBook:
             merged.released.extend(change.released)
         merged.ops = _batched(merged.ops)
         return merged
+
+
+def _older(checkpoint_iteration: int | None, entry: JobEntry) -> bool:
+    """Whether a run's checkpoint at ``checkpoint_iteration`` is older than the one ``entry`` holds
+    (both of known iteration)."""
+    known = entry.checkpoint_iteration if entry.checkpoint_path else None
+    return checkpoint_iteration is not None and known is not None and checkpoint_iteration < known

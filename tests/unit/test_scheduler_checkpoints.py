@@ -125,6 +125,51 @@ def test_a_late_suspension_of_a_lost_run_keeps_only_a_newer_checkpoint(late: int
     assert entry.state.iterations_done == resumes_from
 
 
+@pytest.mark.parametrize(
+    ("then", "resumes_from"),
+    [
+        pytest.param(("suspended", CKPT + 50), CKPT + 200, id="re-run-stopped-behind-the-late-checkpoint"),
+        pytest.param(("suspended", CKPT + 300), CKPT + 300, id="re-run-got-further"),
+        pytest.param(("lost", None), CKPT + 200, id="re-run-lost"),
+    ],
+)
+def test_a_late_checkpoint_that_lands_after_the_job_was_granted_again_is_kept(
+    then: tuple[str, int | None], resumes_from: int
+) -> None:
+    """Issue 18's race, forced: a silent node's lease is released at the TTL, the node comes back and
+    its heartbeat overtakes its queued ``job.suspended``, the job is granted again (resuming from
+    CKPT), and only then does the suspension's newer checkpoint land. Before, it was ignored (a lease
+    was set) and the job resumed from CKPT forever after."""
+    book, entry = progressed_past_checkpoint()
+    commit(book.release("L2", 40.0))  # lost with its node
+    third = lease("L3", 50.0)
+    commit(book.grant("j", third, 50.0))
+    assert third.from_iteration == CKPT
+    commit(book.late_checkpoint("j", "/ckpt/j/late.pt", CKPT + 200))
+    assert (entry.checkpoint_path, book.resume_iteration(entry)) == ("/ckpt/j/late.pt", CKPT + 200)
+    assert entry.lease is third  # the re-run runs on
+    kind, iteration = then
+    if kind == "suspended":
+        commit(book.release("L3", 60.0, checkpoint="/ckpt/j/l3.pt", checkpoint_iteration=iteration,
+                            iterations=iteration))  # fmt: skip
+    else:
+        commit(book.release("L3", 60.0))
+    assert book.resume_iteration(entry) == resumes_from
+    assert entry.state.iterations_done == resumes_from
+    fourth = lease("L4", 70.0)
+    commit(book.grant("j", fourth, 70.0))
+    assert fourth.from_iteration == resumes_from
+
+
+def test_a_late_checkpoint_no_newer_than_the_re_run_s_is_a_no_op() -> None:
+    book, entry = progressed_past_checkpoint()
+    commit(book.release("L2", 40.0))
+    commit(book.grant("j", lease("L3", 50.0), 50.0))
+    assert not commit(book.late_checkpoint("j", PATH, CKPT)).ops
+    assert not commit(book.late_checkpoint("j", "/ckpt/old.pt", CKPT - 1)).ops
+    assert (entry.checkpoint_path, entry.checkpoint_iteration) == (PATH, CKPT)
+
+
 def test_a_completion_records_its_checkpoint_as_of_unknown_iteration() -> None:
     """``job.completed`` carries a path but no checkpoint iteration; the job keeps what it reached."""
     book, entry = progressed_past_checkpoint()
