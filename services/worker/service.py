@@ -66,7 +66,7 @@ from services.worker.leases import Lease, LeaseTable
 from services.worker.outbox import Outbox
 from services.worker.records import LeaseRecord
 from services.worker.recovery import recover
-from services.worker.watchdog import Watchdog, keepalive_period
+from services.worker.watchdog import WatchdogPool, keepalive_period
 
 __all__ = ["WorkerService"]
 
@@ -97,6 +97,8 @@ class WorkerService(RoundhouseService):
         self.table = LeaseTable(self.inventory.indices, epoch_seen=self._load_epoch())
         self.outbox = Outbox()
         self.emulator = Emulator(cfg) if cfg.emulate else None
+        self.watchdogs = WatchdogPool(self.work_dir, lease_ttl_s=cfg.lease_ttl_s, heartbeat_s=cfg.heartbeat_s,
+                                      kill_after_s=cfg.kill_after_s)  # fmt: skip
         self.peers: OrderedDict[str, set[str]] = OrderedDict()
         """lease id -> other nodes that reported ``job.started`` for it (the coordinator's fan-out list)."""
         self.last_contact = time.monotonic()
@@ -129,6 +131,8 @@ class WorkerService(RoundhouseService):
         # Before registering: once registered, the scheduler releases the previous incarnation's
         # leases and may grant their GPUs and jobs again.
         await self._recover()
+        if self.emulator is None:
+            await self.watchdogs.fill()
         self._subs = [
             await bus.serve(lease_grant(self.node_id), LeaseGrant, self._on_grant),
             await bus.serve(lease_revoke(self.node_id), LeaseRevoke, self._on_revoke),
@@ -176,6 +180,7 @@ class WorkerService(RoundhouseService):
         for lease in leases:
             for rank in lease.ranks:
                 rank.signal(signal.SIGKILL)
+        self.watchdogs.close()
         # Watchdogs of leases whose processes outlived the drain were not released: they see the
         # agent exit and make sure those processes are gone.
 
@@ -349,6 +354,7 @@ class WorkerService(RoundhouseService):
         self._emit(JobStarted(job_id=grant.job_id, lease_id=grant.lease_id, node_id=self.node_id,
                               epoch=grant.epoch, gpus=list(grant.gpus), iteration=grant.resume_iteration or 0,
                               resumed_from=grant.resume_from, startup_s=time.monotonic() - lease.received_at))
+        self._record(lease, paths.lease_dir)
         if lease.stop_at is not None:  # a coordinator's stop_at arrived while we were launching
             two_phase.release_at(lease, lease.stop_at)
             self._spawn(self._finish_local_stop(lease), f"stop-{lease.lease_id}")
@@ -357,20 +363,31 @@ class WorkerService(RoundhouseService):
         await self._monitor(lease)
 
     async def _launch(self, lease: Lease, paths: LeasePaths) -> list[RankProcess]:
-        """Record the lease on disk, start its watchdog, then its processes (no agent, no job)."""
+        """Give the lease a watchdog, then start its processes (no agent, no job)."""
         grant, cfg = lease.grant, self.cfg
         ranks = len(plan_ranks(grant))
-        lease.record = LeaseRecord(
+        paths.lease_dir.mkdir(parents=True, exist_ok=True)
+        lease.watchdog = await self.watchdogs.take(paths.lease_dir, ranks, grant.spec.grace_period_s)
+        try:
+            return await launch(grant, paths, nats=cfg.nats, namespace=cfg.namespace, watch=lease.watchdog.watch)
+        finally:
+            self._spawn(self.watchdogs.fill(), "watchdog-spare")  # the next launch's, off this one's path
+
+    def _record(self, lease: Lease, lease_dir: Path) -> None:
+        """Put the lease on disk for a next agent (after ``job.started``: a file costs milliseconds here)."""
+        grant = lease.grant
+        record = LeaseRecord(
             lease_id=grant.lease_id, job_id=grant.job_id, node_id=self.node_id, epoch=grant.epoch,
-            coordinator=grant.is_coordinator, ranks=ranks, grace_period_s=grant.spec.grace_period_s,
+            coordinator=grant.is_coordinator, ranks=len(lease.ranks), grace_period_s=grant.spec.grace_period_s,
             resume_iteration=grant.resume_iteration,
         )  # fmt: skip
-        lease.record.write(paths.lease_dir)
-        lease.watchdog = await Watchdog.start(
-            paths.lease_dir, ranks, lease_ttl_s=cfg.lease_ttl_s, heartbeat_s=cfg.heartbeat_s,
-            kill_after_s=cfg.kill_after_s, grace_s=grant.spec.grace_period_s,
-        )  # fmt: skip
-        return await launch(grant, paths, nats=cfg.nats, namespace=cfg.namespace, watch=lease.watchdog.watch)
+        try:
+            record.write(lease_dir)
+        except OSError as exc:
+            log.warning("lease %s: cannot record it on disk (a next agent will not report its checkpoints): %s",
+                        lease.lease_id, exc)  # fmt: skip
+            return
+        lease.record = record
 
     def _retire(self, lease: Lease, lease_dir: Path) -> None:
         """The lease's processes are all gone: release its watchdog; forget its record once the fact

@@ -13,9 +13,11 @@ the TTL just the same. It then stops the lease (:func:`services.worker.orphans.s
 after a checkpoint), the grace period, SIGTERM, SIGKILL, all within the budget that ends before the
 scheduler may reassign, and writes what happened to ``<lease dir>/orphaned.json``.
 
-The pipe carries lines from the agent: ``g <pgid>`` (a rank's process group), ``k`` (keepalive),
-``q`` (the lease ended normally: exit). Run as ``python -m services.worker.watchdog``; the agent
-side is :class:`Watchdog`. Standard library and the channel only: it starts in tens of milliseconds.
+The pipe carries lines from the agent: ``l <ranks> <grace_s> <lease dir>`` (its lease: the agent
+keeps one spare watchdog started, :class:`WatchdogPool`, so that a launch does not wait for a Python
+process to start), ``g <pgid>`` (a rank's process group), ``k`` (keepalive), ``q`` (the lease ended
+normally, or the spare is not needed: exit). Run as ``python -m services.worker.watchdog``; the
+agent side is :class:`Watchdog`. Standard library and the channel only: it starts in tens of ms.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ from typing import Final
 
 from services.worker.orphans import SILENT_FRACTION, budget, stop_orphaned
 
-__all__ = ["RECORD_NAME", "Watchdog", "keepalive_period", "main"]
+__all__ = ["PID_NAME", "RECORD_NAME", "Watchdog", "WatchdogPool", "keepalive_period", "main", "write_record"]
 
 log = logging.getLogger("roundhouse.watchdog")
 
 RECORD_NAME: Final = "orphaned.json"
-"""Written to the lease directory once the watchdog (or a restarted agent) stopped an orphaned lease."""
+"""Written to the lease directory once the watchdog stopped an orphaned lease."""
+PID_NAME: Final = "watchdog.pid"
+"""The lease's watchdog's pid, in the lease directory once it has its lease."""
 
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,61 +55,80 @@ def keepalive_period(lease_ttl_s: float, heartbeat_s: float) -> float:
 
 def write_record(lease_dir: Path, record: dict[str, object]) -> None:
     """Atomically (temp file, rename) write ``record`` as ``<lease_dir>/orphaned.json``."""
-    path = lease_dir / RECORD_NAME
-    tmp = path.with_name(f".{RECORD_NAME}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(record, sort_keys=True))
-    os.replace(tmp, path)
+    _write_atomically(lease_dir / RECORD_NAME, json.dumps(record, sort_keys=True))
 
 
 # --- the watchdog process ------------------------------------------------------------------------------
-def _watch(fd: int, silent_s: float, groups: set[int]) -> str | None:
-    """Read the agent's lines until it is gone; the reason (``agent_died``/``agent_silent``), or None on ``q``."""
-    last = time.monotonic()
-    pending = b""
-    while True:
-        timeout = last + silent_s - time.monotonic()
-        if timeout <= 0:
-            return "agent_silent"
-        readable, _, _ = select.select([fd], [], [], timeout)
-        if not readable:
-            continue  # the loop re-checks the silence
-        try:
-            data = os.read(fd, 4096)
-        except InterruptedError:
-            continue
-        if not data:
-            return "agent_died"
-        last = time.monotonic()
-        pending += data
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line == b"q":
+class _Lines:
+    """Lines from the agent's pipe, with a timeout."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._pending = b""
+        self._lines: list[bytes] = []
+
+    def next(self, timeout: float | None) -> bytes | bool | None:
+        """The next line; None at end-of-file (the agent is gone); False when ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._lines:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                return False
+            readable, _, _ = select.select([self.fd], [], [], wait)
+            if not readable:
+                continue
+            try:
+                data = os.read(self.fd, 4096)
+            except InterruptedError:
+                continue
+            if not data:
                 return None
-            if line.startswith(b"g "):
-                with contextlib.suppress(ValueError):
-                    groups.add(int(line[2:]))
+            *lines, self._pending = (self._pending + data).split(b"\n")
+            self._lines.extend(lines)
+        return self._lines.pop(0)
+
+
+def _watch(lines: _Lines, silent_s: float, groups: set[int]) -> str | None:
+    """Follow the agent's lines until it is gone; the reason (``agent_died``/``agent_silent``), or None on ``q``."""
+    while True:
+        line = lines.next(silent_s)
+        if line is None:
+            return "agent_died"
+        if line is False:
+            return "agent_silent"
+        if line == b"q":
+            return None
+        if isinstance(line, bytes) and line.startswith(b"g "):
+            with contextlib.suppress(ValueError):
+                groups.add(int(line[2:]))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m services.worker.watchdog",
                                      description="Stop a lease's job when its worker agent is gone.")  # fmt: skip
-    parser.add_argument("--lease-dir", type=Path, required=True)
-    parser.add_argument("--ranks", type=int, required=True, help="local ranks (rank-N.chan files)")
     parser.add_argument("--lease-ttl-s", type=float, required=True)
     parser.add_argument("--heartbeat-s", type=float, required=True)
     parser.add_argument("--kill-after-s", type=float, required=True)
-    parser.add_argument("--grace-s", type=float, required=True, help="the job's grace period (spec)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    lease_dir: Path = args.lease_dir
-    channels = [lease_dir / f"rank-{i}.chan" for i in range(args.ranks)]
+    lines = _Lines(sys.stdin.fileno())
+    # A spare until the agent gives it a lease: "l <local ranks> <grace_s> <lease dir>".
+    first = lines.next(None)
+    if not isinstance(first, bytes) or not first.startswith(b"l "):
+        return 0  # the agent exited (or is gone) before it needed this one
+    raw_ranks, raw_grace, raw_dir = first[2:].decode().split(" ", 2)
+    ranks, grace_s, lease_dir = int(raw_ranks), float(raw_grace), Path(raw_dir)
+    logging.basicConfig(level=logging.INFO, filename=str(lease_dir / "watchdog.log"),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")  # fmt: skip
+    with contextlib.suppress(OSError):
+        _write_atomically(lease_dir / PID_NAME, str(os.getpid()))
+    channels = [lease_dir / f"rank-{i}.chan" for i in range(ranks)]
     groups: set[int] = set()
-    reason = _watch(sys.stdin.fileno(), SILENT_FRACTION * args.lease_ttl_s, groups)
+    reason = _watch(lines, SILENT_FRACTION * args.lease_ttl_s, groups)
     if reason is None:
         return 0
     detected = time.time()
     orphan_budget = budget(lease_ttl_s=args.lease_ttl_s, heartbeat_s=args.heartbeat_s,
-                           kill_after_s=args.kill_after_s, grace_period_s=args.grace_s,
+                           kill_after_s=args.kill_after_s, grace_period_s=grace_s,
                            silent=reason == "agent_silent")  # fmt: skip
     log.warning("%s: the worker agent is gone (%s); stopping the lease's job within %.2f s (grace %.2f s)",
                 lease_dir.name, reason, orphan_budget.total_s, orphan_budget.grace_s)  # fmt: skip
@@ -121,27 +144,23 @@ def main(argv: list[str] | None = None) -> int:
 
 # --- the agent's side ----------------------------------------------------------------------------------
 class Watchdog:
-    """The agent's handle on one lease's watchdog process (see the module doc)."""
+    """The agent's handle on one watchdog process (see the module doc)."""
 
     def __init__(self, process: asyncio.subprocess.Process, fd: int) -> None:
         self.process = process
         self._fd: int | None = fd
 
     @classmethod
-    async def start(
-        cls, lease_dir: Path, ranks: int, *, lease_ttl_s: float, heartbeat_s: float, kill_after_s: float,
-        grace_s: float,
-    ) -> Watchdog:  # fmt: skip
-        """Start the watchdog of the lease whose files are in ``lease_dir`` (exists; before its processes)."""
+    async def spawn(cls, log_path: Path, *, lease_ttl_s: float, heartbeat_s: float, kill_after_s: float) -> Watchdog:
+        """Start a spare watchdog (no lease yet: :meth:`assign`); ``log_path`` takes what it says before."""
         read_end, write_end = os.pipe()  # both close-on-exec: only the watchdog gets the read end, as stdin
         env = {k: v for k, v in os.environ.items() if k != "ROUNDHOUSE_CHANNEL"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
         try:
-            with (lease_dir / "watchdog.log").open("ab") as out:
+            with log_path.open("ab") as out:
                 process = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "services.worker.watchdog", "--lease-dir", str(lease_dir),
-                    "--ranks", str(ranks), "--lease-ttl-s", repr(lease_ttl_s), "--heartbeat-s", repr(heartbeat_s),
-                    "--kill-after-s", repr(kill_after_s), "--grace-s", repr(grace_s),
+                    sys.executable, "-m", "services.worker.watchdog", "--lease-ttl-s", repr(lease_ttl_s),
+                    "--heartbeat-s", repr(heartbeat_s), "--kill-after-s", repr(kill_after_s),
                     stdin=read_end, stdout=out, stderr=out, env=env, start_new_session=True,
                 )  # fmt: skip
         except BaseException:
@@ -170,6 +189,10 @@ class Watchdog:
             return False
         return True
 
+    def assign(self, lease_dir: Path, ranks: int, grace_s: float) -> bool:
+        """Give the watchdog its lease (files in ``lease_dir``, ``ranks`` local ranks); False if it is gone."""
+        return self._send(f"l {ranks} {grace_s!r} {lease_dir}\n".encode())
+
     def watch(self, group: int) -> None:
         """Tell the watchdog a rank's process group (a process that clears its environment is still found)."""
         self._send(f"g {group}\n".encode())
@@ -178,7 +201,7 @@ class Watchdog:
         self._send(b"k\n")
 
     def release(self) -> None:
-        """The lease ended normally (every process exited): the watchdog exits."""
+        """The lease ended normally (every process exited), or the spare is not needed: it exits."""
         self._send(b"q\n")
         self._close()
 
@@ -190,6 +213,44 @@ class Watchdog:
 
     async def wait(self) -> int:
         return await self.process.wait()
+
+
+class WatchdogPool:
+    """Keeps one spare watchdog started, so a launch only hands it the lease (a line on its pipe)
+    instead of waiting for a Python process to start (~10 ms on the grant-to-running path)."""
+
+    def __init__(self, work_dir: Path, *, lease_ttl_s: float, heartbeat_s: float, kill_after_s: float) -> None:
+        self._log = work_dir / "watchdog.log"
+        self._timing = {"lease_ttl_s": lease_ttl_s, "heartbeat_s": heartbeat_s, "kill_after_s": kill_after_s}
+        self._spare: Watchdog | None = None
+        self._lock = asyncio.Lock()
+
+    async def fill(self) -> None:
+        """Start a spare unless one is ready."""
+        async with self._lock:
+            if self._spare is None or not self._spare.alive:
+                self._spare = await Watchdog.spawn(self._log, **self._timing)
+
+    async def take(self, lease_dir: Path, ranks: int, grace_s: float) -> Watchdog:
+        """A watchdog for the lease in ``lease_dir`` (which exists): the spare, or a new one."""
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.assign(lease_dir, ranks, grace_s):
+            return spare
+        fresh = await Watchdog.spawn(self._log, **self._timing)
+        if not fresh.assign(lease_dir, ranks, grace_s):
+            raise OSError(f"the watchdog for {lease_dir.name} exited at once; see {self._log}")
+        return fresh
+
+    def close(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.release()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -62,18 +62,20 @@ def alive(pid: int) -> bool:
 def lease_pids(lease_dir: Path) -> list[int]:
     """Every running process started under the lease: ranks, their children, its watchdog (a process
     on its way out may no longer show its environment: wait on its pid as well where it is known)."""
-    marks = (f"ROUNDHOUSE_CHANNEL={lease_dir}/".encode(), f"--lease-dir\x00{lease_dir}\x00".encode())
+    mark = f"ROUNDHOUSE_CHANNEL={lease_dir}/".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or not alive(int(entry.name)):
             continue
         try:
             environ = (entry / "environ").read_bytes()
-            cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if any(item.startswith(marks[0]) for item in environ.split(b"\x00")) or marks[1] in cmdline:
+        if any(item.startswith(mark) for item in environ.split(b"\x00")):
             pids.append(int(entry.name))
+    watchdog = lease_dir / "watchdog.pid"
+    if watchdog.exists() and alive(int(watchdog.read_text())):
+        pids.append(int(watchdog.read_text()))
     return pids
 
 
@@ -120,6 +122,7 @@ async def test_a_training_job_whose_agent_is_killed_checkpoints_and_exits_well_w
     assert record.checkpoint_iteration is not None
     assert record.checkpoint_iteration >= reported
     channel = Channel.open(lease_dir / "rank-0.chan")
+    await wait_for((lease_dir / "watchdog.pid").exists, what="the lease's watchdog")
     pids = lease_pids(lease_dir)
     assert len(pids) == 2  # the job and its watchdog
 
