@@ -426,7 +426,7 @@ class BrokerCluster:
             connect_timeout=1.0, allow_reconnect=True, max_reconnect_attempts=3, reconnect_time_wait=0.1,
         )  # fmt: skip
         try:
-            js = nc.jetstream(timeout=1.0)
+            js = nc.jetstream(timeout=0.5)  # a leaderless stream answers nothing: ask again soon
             last = "no reply"
             while True:
                 try:

@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,27 +96,40 @@ def test_the_cluster_is_three_routed_servers_with_one_meta_leader(cluster: Broke
     assert cluster.meta_leader() in cluster.names
 
 
-async def _service_process(
-    cluster: BrokerCluster, kind: str, namespace: str, *flags: str
-) -> asyncio.subprocess.Process:
+@dataclass(slots=True)
+class ServiceProcess:
+    """A service run as ``python -m services.<kind>``, its log in a file (a pipe could fill up)."""
+
+    process: asyncio.subprocess.Process
+    log: Path
+
+    async def stop(self) -> str:
+        """SIGTERM (SIGKILL past 20 s); return its log."""
+        if self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.process.wait(), 20)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        return self.log.read_text(errors="replace")
+
+    def check(self, kind: str) -> None:
+        if self.process.returncode is not None:
+            raise AssertionError(f"{kind} exited with {self.process.returncode}: {self.log.read_text()[-2000:]}")
+
+
+async def service_process(cluster: BrokerCluster, kind: str, namespace: str, logs: Path, *flags: str) -> ServiceProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("ROUNDHOUSE_STREAM_REPLICAS", None)
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", f"services.{kind}", "--nats", cluster.urls, "--namespace", namespace,
-        "--log-format", "text", *flags,
-        cwd=REPO, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-
-
-async def _stop(process: asyncio.subprocess.Process) -> str:
-    if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        _, stderr = await asyncio.wait_for(process.communicate(), 20)
-    except TimeoutError:
-        process.kill()
-        _, stderr = await process.communicate()
-    return stderr.decode(errors="replace")
+    log = logs / f"{kind}.log"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", f"services.{kind}", "--nats", cluster.urls, "--namespace", namespace,
+            "--log-format", "text", *flags,
+            cwd=REPO, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=out,
+        )  # fmt: skip
+    return ServiceProcess(process, log)
 
 
 async def _exists(js: JetStreamContext, stream: str, consumer: str | None = None) -> bool:
@@ -130,9 +143,9 @@ async def _exists(js: JetStreamContext, stream: str, consumer: str | None = None
     return True
 
 
-async def _until(predicate: object, what: str, timeout_s: float = 30.0) -> None:
+async def _until(predicate: Callable[[], Awaitable[bool]], what: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
-    while not await predicate():  # type: ignore[operator]
+    while not await predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not reached within {timeout_s} s")
         await asyncio.sleep(0.1)
@@ -148,15 +161,15 @@ async def test_services_told_r3_create_r3_stream_and_buckets_and_r1_never_shrink
     stream = watcher.stream_name
     buckets = [kv_stream(watcher, LEADER_BUCKET), kv_stream(watcher, JOB_BUCKET)]
     # A scheduler process told --stream-replicas 3 creates the stream and, leading, its two buckets.
-    scheduler = await _service_process(
-        cluster, "scheduler", namespace, "--stream-replicas", "3", "--db", str(tmp_path / "db"), "--policy", "fifo",
+    scheduler = await service_process(
+        cluster, "scheduler", namespace, tmp_path,
+        "--stream-replicas", "3", "--db", str(tmp_path / "db"), "--policy", "fifo",
     )  # fmt: skip
-    admission: asyncio.subprocess.Process | None = None
+    admission: ServiceProcess | None = None
     try:
 
         async def scheduler_provisioned() -> bool:
-            if scheduler.returncode is not None:
-                raise AssertionError(f"scheduler exited: {await _stop(scheduler)}")
+            scheduler.check("scheduler")
             return all([await _exists(js, name) for name in (stream, *buckets)])
 
         await _until(scheduler_provisioned, "the stream and the scheduler's buckets created")
@@ -164,11 +177,11 @@ async def test_services_told_r3_create_r3_stream_and_buckets_and_r1_never_shrink
             assert await stream_replicas(js, name) == (REPLICAS, REPLICAS), name
 
         # An admission process with the defaults (R1) provisions the same stream: it stays R3.
-        admission = await _service_process(cluster, "admission", namespace)
+        admission = await service_process(cluster, "admission", namespace, tmp_path)
 
         async def admission_consuming() -> bool:
-            if admission is not None and admission.returncode is not None:
-                raise AssertionError(f"admission exited: {await _stop(admission)}")
+            assert admission is not None
+            admission.check("admission")
             return await _exists(js, stream, watcher.name("admission"))
 
         await _until(admission_consuming, "admission's durable consumer created")
@@ -191,11 +204,12 @@ async def test_services_told_r3_create_r3_stream_and_buckets_and_r1_never_shrink
         consumer = await js.consumer_info(stream, watcher.name("admission"))
         assert len(peers(consumer.cluster)) == REPLICAS
     finally:
-        errors = [await _stop(scheduler)]
+        scheduler_log = await scheduler.stop()
         if admission is not None:
-            errors.append(await _stop(admission))
+            await admission.stop()
         await watcher.close()
-    assert scheduler.returncode == 0, errors[0]
+    assert scheduler.process.returncode == 0, scheduler_log[-2000:]
+    assert "scheduler service stopped" in scheduler_log
 
 
 # --- the stream leader killed mid-run -----------------------------------------------------------
