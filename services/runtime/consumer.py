@@ -77,6 +77,17 @@ class ConsumerOptions:
     """Start at new messages only instead of the beginning of the stream (first creation only)."""
 
 
+class Unapplicable(Exception):
+    """Raised by a handler for a message that can never be applied (a fact about a job that never
+    arrived): it is dead-lettered at once with this reason instead of being retried, so it holds no
+    ack-pending slot and delays no other message."""
+
+
+class RetryLater(Exception):
+    """Raised by a handler for a message that cannot be applied *yet* (it depends on another that
+    has not landed): retried with the usual back-off, logged at debug level (it is expected)."""
+
+
 class PullError(RuntimeError):
     """The server ended a pull request with an error status (e.g. 409 Consumer Deleted)."""
 
@@ -108,6 +119,9 @@ class Puller:
         self._sub: Subscription | None = None
         self._request = 0
         """Number of the last request sent (the last token of its reply subject)."""
+        self.drained_at = float("-inf")
+        """Monotonic time of the last request that found nothing stored for this consumer while
+        nothing delivered was unhandled: every message stored before it had been handled."""
         self._open = False
         self._left = 0
         """Messages the open request may still deliver."""
@@ -195,8 +209,10 @@ class Puller:
             if self.is_open and self._ended is not None:
                 await self._wait(self._ended)
             elif send:
+                sent_at = time.monotonic()
                 await self._pull(no_wait=True)
                 if not self.buffer and self._error is None:
+                    self.drained_at = sent_at
                     await self._pull(no_wait=False)
             if self._error is not None:
                 error, self._error = self._error, None
@@ -349,6 +365,11 @@ class DurableConsumer(Generic[E]):
             raise _Settled from None
         try:
             return await self.handler(event)  # type: ignore[arg-type]  # decode checked the model
+        except Unapplicable as exc:
+            self.stats.failed += 1
+            log.warning("consumer %s: dead-lettering %s: %s", self.durable, subject, exc)
+            await self._dead_letter(msg, f"unapplicable: {exc}")
+            raise _Settled from None
         except Exception as exc:
             await self._failed(msg, subject, exc)
             raise _Settled from None
@@ -361,7 +382,8 @@ class DurableConsumer(Generic[E]):
             log.error("consumer %s: giving up on %s after %d deliveries: %r", self.durable, subject, delivered, exc)
             await self._dead_letter(msg, f"handler failed {delivered} times: {exc!r}")
         else:
-            log.warning("consumer %s: handler failed on %s (delivery %d): %r", self.durable, subject, delivered, exc)
+            level = logging.DEBUG if isinstance(exc, RetryLater) else logging.WARNING
+            log.log(level, "consumer %s: handler failed on %s (delivery %d): %r", self.durable, subject, delivered, exc)
             delay = min(self.options.retry_backoff_s * 2 ** (delivered - 1), 10.0)
             await self._settle(msg.nak(delay=delay))
 
@@ -377,6 +399,11 @@ class DurableConsumer(Generic[E]):
             # The ack was lost: the message will be redelivered and the handler's idempotency
             # makes that harmless.
             log.warning("consumer %s: ack failed: %r", self.durable, exc)
+
+    def drained_since(self, t: float) -> bool:
+        """Whether, since monotonic time ``t``, this consumer found nothing left to deliver: every
+        message stored before then has been handled (unless one was nak'ed for a retry)."""
+        return self._puller.drained_at >= t
 
     async def pending(self) -> int:
         """Messages not yet delivered plus delivered but unacked (from the server's view)."""

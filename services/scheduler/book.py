@@ -43,6 +43,7 @@ from schemas.leases import RevokeReason
 from services.core import lifecycle
 from services.core.lifecycle import Changes
 from services.core.state import JobState, JobStatus
+from services.runtime.consumer import RetryLater
 from services.runtime.store import (
     InsertJobs,
     JobChanges,
@@ -60,7 +61,7 @@ from services.scheduler.topology import Topology, UnknownGpuError
 log = logging.getLogger("roundhouse.scheduler.book")
 
 
-class JobNotArrivedError(LookupError):
+class JobNotArrivedError(RetryLater, LookupError):
     """An event names a job whose ``job.arrived`` the scheduler has not applied yet (retried)."""
 
 

@@ -63,6 +63,9 @@ class Term:
     executor: LeaseExecutor
     timer: RoundTimer
     consumers: list[DurableConsumer[Any]] = field(default_factory=list)
+    consumer_for: dict[str, DurableConsumer[Any]] = field(default_factory=dict)
+    """The term's durable consumer of each subject (facts about unknown jobs ask the arrivals'
+    consumer whether their job.arrived can still come)."""
     subscriptions: list[Subscription] = field(default_factory=list)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     pending_plan: tuple[int, int, asyncio.Future[PlacementPlan]] | None = None
@@ -141,9 +144,11 @@ class Leadership:
             async with r.lock:
                 await self.execution.requeue(orphans)
         for subject, (model, handler) in {**self.facts.consumers(), **self.nodes.consumers()}.items():
-            term.consumers.append(await bus.consume(
+            consumer = await bus.consume(
                 subject, model, _fenced(r, term, handler), durable=CONSUMERS[subject], options=self.consumer_options
-            ))  # fmt: skip
+            )
+            term.consumers.append(consumer)
+            term.consumer_for[subject] = consumer
         term.subscriptions.append(await bus.subscribe(NODE_HEARTBEAT, NodeHeartbeat, self.nodes.on_heartbeat))
         term.subscriptions.append(await bus.subscribe(JOB_SUSPENDED, JobSuspended, self.facts.on_suspension_seen))
         term.subscriptions.append(await bus.subscribe(PLACEMENT_PLAN, PlacementPlan, self.cycle.on_plan))
