@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
@@ -291,8 +292,10 @@ class Bus:
             await self.nc.publish(self.wire(subject), data)
         self.stats.published += 1
 
-    async def _publish_durable(self, subject: str, data: bytes, msg_id: str) -> None:
-        headers = {MSG_ID_HEADER: msg_id}
+    async def _publish_durable(
+        self, subject: str, data: bytes, msg_id: str, *, extra_headers: dict[str, str] | None = None
+    ) -> None:
+        headers = {**(extra_headers or {}), MSG_ID_HEADER: msg_id}
         loop = asyncio.get_running_loop()
         began = loop.time()
         delay = 0.05
@@ -497,16 +500,27 @@ class Bus:
         self._consumers.append(consumer)
         return consumer
 
-    async def dead_letter(self, consumer: str, msg: Msg, reason: str) -> None:
-        """Keep an unprocessable message for inspection on ``deadletter.<consumer>``."""
+    async def dead_letter(self, consumer: str, msg: Msg, reason: str) -> bool:
+        """Keep an unprocessable message for inspection on ``deadletter.<consumer>``; False if it could
+        not be stored (the caller then hands the message back instead of terminating it, so a
+        failover of the stream never loses it). Retried like any durable publish, with a message id
+        per original stream sequence, so a retry stores it once."""
         headers = {
             "Roundhouse-Reason": " ".join(reason.split())[:1000],
             "Roundhouse-Subject": msg.subject,
         }
         try:
-            await self.js.publish(self.wire(f"{DEAD_LETTER_PREFIX}.{consumer}"), msg.data, headers=headers)
-        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+            sequence = msg.metadata.sequence.stream
+        except (ValueError, AttributeError):  # not a JetStream message (tests)
+            sequence = None
+        msg_id = f"dl-{consumer}-{sequence}" if sequence is not None else str(uuid.uuid4())
+        subject = f"{DEAD_LETTER_PREFIX}.{consumer}"
+        try:
+            await self._publish_durable(subject, msg.data, msg_id, extra_headers=headers)
+        except (BusError, nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
             log.error("could not dead-letter a message from %s: %r", msg.subject, exc)
+            return False
+        return True
 
     # --- key-value -----------------------------------------------------------------------------
     async def kv(self, bucket: str, *, history: int = 1, ttl_s: float | None = None) -> KVBucket:

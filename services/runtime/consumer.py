@@ -388,7 +388,11 @@ class DurableConsumer(Generic[E]):
             await self._settle(msg.nak(delay=delay))
 
     async def _dead_letter(self, msg: Msg, reason: str) -> None:
-        await self.bus.dead_letter(self.durable, msg, reason)
+        if not await self.bus.dead_letter(self.durable, msg, reason):
+            # Its copy could not be stored (the stream is electing a leader): hand it back rather
+            # than terminate it with no trace; it is judged again on its next delivery.
+            await self._settle(msg.nak(delay=1.0))
+            return
         self.stats.dead_lettered += 1
         await self._settle(msg.term())
 
