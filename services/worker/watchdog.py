@@ -175,7 +175,7 @@ class Watchdog:
     def alive(self) -> bool:
         return self._fd is not None and self.process.returncode is None
 
-    def _send(self, line: bytes) -> bool:
+    def _send(self, line: bytes, *, warn: bool = True) -> bool:
         if self._fd is None:
             return False
         try:
@@ -183,15 +183,17 @@ class Watchdog:
         except BlockingIOError:
             return False  # a full pipe: the watchdog has 64 KiB of our lines unread; the next one will do
         except OSError:  # BrokenPipeError: the watchdog is gone
-            log.warning("the watchdog (pid %d) is gone; jobs that use roundhouse.train still stop on their own",
-                        self.process.pid)
+            if warn:
+                log.warning("watchdog %d is gone (see watchdog.log in its lease's directory); its job, if it "
+                            "uses roundhouse.train, still stops on its own should this agent die",
+                            self.process.pid)  # fmt: skip
             self._close()
             return False
         return True
 
     def assign(self, lease_dir: Path, ranks: int, grace_s: float) -> bool:
         """Give the watchdog its lease (files in ``lease_dir``, ``ranks`` local ranks); False if it is gone."""
-        return self._send(f"l {ranks} {grace_s!r} {lease_dir}\n".encode())
+        return self._send(f"l {ranks} {grace_s!r} {lease_dir}\n".encode(), warn=False)
 
     def watch(self, group: int) -> None:
         """Tell the watchdog a rank's process group (a process that clears its environment is still found)."""
@@ -202,7 +204,7 @@ class Watchdog:
 
     def release(self) -> None:
         """The lease ended normally (every process exited), or the spare is not needed: it exits."""
-        self._send(b"q\n")
+        self._send(b"q\n", warn=False)  # one that stopped its job (this agent was silent) has exited
         self._close()
 
     def _close(self) -> None:
