@@ -17,7 +17,16 @@ from schemas.codec import (
     decode_reply,
     encode,
 )
-from schemas.control import JobsQuery, JobsReply, JobView, LeaseStopAt
+from schemas.control import (
+    AdmissionJob,
+    AdmissionNode,
+    AdmissionQuery,
+    AdmissionReply,
+    JobsQuery,
+    JobsReply,
+    JobView,
+    LeaseStopAt,
+)
 from schemas.ids import JobId, LeaseId, NodeId
 from schemas.job import JobClass, JobName, JobSpec, UserName
 from schemas.jobs import (
@@ -53,6 +62,10 @@ from schemas.subjects import (
 __all__ = [
     "SCHEMA_VERSION",
     "SUBJECTS",
+    "AdmissionJob",
+    "AdmissionNode",
+    "AdmissionQuery",
+    "AdmissionReply",
     "Command",
     "CompletionReason",
     "Event",

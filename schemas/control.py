@@ -8,23 +8,55 @@ phase one). It carries the revoke's epoch, so a deposed leader's revoke cannot b
 ``query.jobs`` (:class:`JobsQuery`, request-reply, :class:`JobsReply`): the scheduler leader answers
 with its authoritative view of jobs; ``roundhouse jobs`` uses it, so it works against any deployment
 reachable over NATS without access to the scheduler's database.
+
+``query.admission`` (:class:`AdmissionQuery`, request-reply, :class:`AdmissionReply`): what the
+admission service starts from (DESIGN, Trust and failure: "the store is the source of truth for
+recovery"): the scheduler leader's unfinished jobs with their specs, in submission order (held ones
+are offered again in that order), and the live nodes. Specs of every user travel here, so this is a
+service role's subject (admission, operator), never a user's: a user reads jobs through
+``query.jobs``, which carries no command, environment or working directory.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Final
 
-from pydantic import Field, StringConstraints
+from pydantic import AfterValidator, Field, StringConstraints
 
 from schemas.base import MAX_TS, Command, Event, WireModel
-from schemas.fields import Counter, GpuIndices, Iteration, Reason, Seconds
+from schemas.fields import (
+    MAX_GPUS_PER_NODE,
+    Counter,
+    GpuIndex,
+    GpuIndices,
+    Host,
+    Iteration,
+    Reason,
+    Seconds,
+    ShortText,
+    unique,
+)
 from schemas.ids import JobId, LeaseId, NodeId
-from schemas.job import JobClass, JobName, UserName
+from schemas.job import JobClass, JobName, JobSpec, UserName
 
-__all__ = ["MAX_QUERY_JOBS", "JobView", "JobsQuery", "JobsReply", "LeaseStopAt"]
+__all__ = [
+    "MAX_QUERY_JOBS",
+    "MAX_QUERY_NODES",
+    "AdmissionJob",
+    "AdmissionNode",
+    "AdmissionQuery",
+    "AdmissionReply",
+    "JobView",
+    "JobsQuery",
+    "JobsReply",
+    "LeaseStopAt",
+]
 
 MAX_QUERY_JOBS: Final = 10_000
-"""Most jobs in one reply; larger listings page with ``after``."""
+"""Most jobs in one reply; larger listings page with ``after`` (``after_seq`` for admission)."""
+MAX_QUERY_NODES: Final = 10_000
+"""Most nodes in one ``AdmissionReply``."""
 
 _Status = Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=r"^[a-z_]+$")]
 _Time = Annotated[float, Field(ge=0, le=MAX_TS)]
@@ -73,4 +105,58 @@ class JobView(WireModel):
 class JobsReply(WireModel):
     jobs: list[JobView] = Field(default_factory=list, max_length=MAX_QUERY_JOBS)
     truncated: bool = Field(default=False, description="More jobs match; ask again with ``after``.")
+    epoch: Counter = Field(description="The answering leader's epoch.")
+
+
+class AdmissionQuery(Event):
+    """Ask the scheduler leader for the unfinished jobs and live nodes admission starts from.
+
+    The leader answers only once it has applied every fact stored up to ``through_seq`` (the
+    stream's last sequence when admission asked), so the reply and the facts admission then
+    follows from ``through_seq + 1`` leave no gap; a leader still behind answers with an error
+    (admission asks again)."""
+
+    through_seq: Counter = Field(
+        default=0, description="Stream sequence the answer must reflect every fact up to (0: any)."
+    )
+    after_seq: Counter | None = Field(
+        default=None, description="Page: only jobs whose submission sequence is above this."
+    )
+    limit: int = Field(default=1000, ge=1, le=MAX_QUERY_JOBS)
+
+
+class AdmissionJob(WireModel):
+    """One unfinished job as the scheduler stores it: ``held`` (admission has not let it in, with
+    or without a ``job.held`` verdict) or admitted (``queued``, ``running``)."""
+
+    job_id: JobId
+    spec: JobSpec
+    status: _Status
+    submit_time: _Time
+    admit_time: _Time | None = None
+    seq: Counter = Field(description="Submission sequence (stream order of job.arrived): held jobs' order.")
+
+
+_NodeGpus = Annotated[list[GpuIndex], Field(max_length=MAX_GPUS_PER_NODE), AfterValidator(unique)]
+
+
+class AdmissionNode(WireModel):
+    """A live node as the scheduler knows it (its inventory in the store, liveness in memory)."""
+
+    node_id: NodeId
+    incarnation: uuid.UUID = Field(description="The agent incarnation whose heartbeats keep it live.")
+    hostname: Host
+    gpus: _NodeGpus = Field(default_factory=list, description="Local GPU indices.")
+    gpu_type: ShortText = "generic"
+    cpus: float = Field(default=32.0, gt=0, le=4096)
+    memory_gb: float = Field(default=256.0, gt=0, le=2**20)
+    draining: bool = False
+
+
+class AdmissionReply(WireModel):
+    """Unfinished jobs in submission order (one page), and, on the first page, the live nodes."""
+
+    jobs: list[AdmissionJob] = Field(default_factory=list, max_length=MAX_QUERY_JOBS)
+    nodes: list[AdmissionNode] = Field(default_factory=list, max_length=MAX_QUERY_NODES)
+    truncated: bool = Field(default=False, description="More jobs follow; ask again with ``after_seq``.")
     epoch: Counter = Field(description="The answering leader's epoch.")

@@ -13,7 +13,16 @@ from collections.abc import Callable, Mapping
 from typing import Final, TypeVar, cast
 
 from schemas.base import WireModel
-from schemas.control import JobsQuery, JobsReply, JobView, LeaseStopAt
+from schemas.control import (
+    AdmissionJob,
+    AdmissionNode,
+    AdmissionQuery,
+    AdmissionReply,
+    JobsQuery,
+    JobsReply,
+    JobView,
+    LeaseStopAt,
+)
 from schemas.job import JobClass, JobSpec
 from schemas.jobs import (
     CompletionReason,
@@ -143,6 +152,30 @@ def _job_view() -> JobView:
         iterations_done=2400,
         preemptions=1,
         reason=None,
+    )
+
+
+def _admission_job() -> AdmissionJob:
+    return AdmissionJob(
+        job_id="job-0001",
+        spec=_spec_full(),
+        status="queued",
+        submit_time=EXAMPLE_TS,
+        admit_time=EXAMPLE_TS + 0.5,
+        seq=17,
+    )
+
+
+def _admission_node() -> AdmissionNode:
+    return AdmissionNode(
+        node_id="node-01",
+        incarnation=_INCARNATION,
+        hostname="10.0.0.11",
+        gpus=[0, 1, 2, 3],
+        gpu_type="NVIDIA H100 80GB HBM3",
+        cpus=96,
+        memory_gb=1024,
+        draining=True,
     )
 
 
@@ -488,6 +521,22 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
     JobView: lambda: (_job_view(), JobView(job_id="j", name="n", user="u", job_class=JobClass.BE,
                                            status="queued", gpus=1, submit_time=0.0)),
     JobsReply: lambda: (JobsReply(jobs=[_job_view()], truncated=True, epoch=7), JobsReply(epoch=0)),
+    AdmissionQuery: lambda: (
+        AdmissionQuery(event_id=_eid("admission-query"), ts=EXAMPLE_TS, through_seq=1234, after_seq=17, limit=500),
+        AdmissionQuery(),
+    ),
+    AdmissionJob: lambda: (
+        _admission_job(),
+        AdmissionJob(job_id="j", spec=_spec_min(), status="held", submit_time=0.0, seq=0),
+    ),
+    AdmissionNode: lambda: (
+        _admission_node(),
+        AdmissionNode(node_id="n", incarnation=_INCARNATION, hostname="h"),
+    ),
+    AdmissionReply: lambda: (
+        AdmissionReply(jobs=[_admission_job()], nodes=[_admission_node()], truncated=True, epoch=7),
+        AdmissionReply(epoch=0),
+    ),
     NodeGpus: lambda: (NodeGpus(node_id="node-01", gpus=[0, 1, 2, 3]), NodeGpus(node_id="n", gpus=[0])),
     PolicySpec: lambda: (_policy_spec_full(), PolicySpec(name="j")),
     SnapshotNode: lambda: (

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from schemas.base import Event, WireModel
-from schemas.control import JobsQuery, JobsReply, LeaseStopAt
+from schemas.control import AdmissionQuery, AdmissionReply, JobsQuery, JobsReply, LeaseStopAt
 from schemas.ids import MAX_ID_CHARS, TOKEN_PATTERN, is_token
 from schemas.jobs import (
     JobAccepted,
@@ -52,6 +52,7 @@ __all__ = [
     "NODE_HEARTBEAT",
     "NODE_REGISTER",
     "PLACEMENT_PLAN",
+    "QUERY_ADMISSION",
     "QUERY_JOBS",
     "SCHEDULE_ROUND",
     "SUBJECTS",
@@ -122,6 +123,7 @@ _METRICS_JOB: Final = "metrics.job"
 _METRICS_NODE: Final = "metrics.node"
 _LEASE_STOP: Final = "lease.stop"
 QUERY_JOBS: Final = "query.jobs"
+QUERY_ADMISSION: Final = "query.admission"
 
 SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
     SubjectSpec(
@@ -274,6 +276,15 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         reply_model=JobsReply,
         description="The scheduler's view of jobs; request-reply.",
         direction="client -> scheduler",
+    ),
+    SubjectSpec(
+        QUERY_ADMISSION,
+        AdmissionQuery,
+        durable=False,
+        reply_model=AdmissionReply,
+        description="What admission starts from: unfinished jobs with their specs, in submission order, and "
+        "the live nodes; request-reply, for service roles only.",
+        direction="admission -> scheduler",
     ),
 )
 

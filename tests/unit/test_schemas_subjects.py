@@ -6,7 +6,7 @@ import pytest
 
 from schemas import subjects
 from schemas.base import Event
-from schemas.control import JobsReply
+from schemas.control import AdmissionReply, JobsReply
 from schemas.examples import example
 from schemas.jobs import JobArrived, JobCancel, JobCheckpointed, JobFailed
 from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke
@@ -35,6 +35,8 @@ CONTROL_SUBJECTS = {
     # Beyond DESIGN.md's table: two-phase stop propagation and job queries (schemas/control.py),
     # periodic checkpoints of a running job (schemas/jobs.py).
     "lease.stop.*", "query.jobs", "job.checkpointed",
+    # What admission starts from (issue 12: the store is the source of truth for recovery).
+    "query.admission",
     # DESIGN.md's schedule.round, per placement instance: schedule.round.<instance> carries a delta
     # against the snapshot that instance acknowledged, schedule.round.any a full one (queue group).
     "schedule.round.*",
@@ -124,6 +126,7 @@ def test_request_reply_subjects() -> None:
         "lease.revoke.*": LeaseAck,
         "lease.stop.*": LeaseAck,
         "query.jobs": JobsReply,
+        "query.admission": AdmissionReply,
     }
 
 
