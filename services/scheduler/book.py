@@ -659,8 +659,14 @@ class JobBook:
         if entry is None or entry.state.status.is_final:
             return change
         current = entry.lease is not None and entry.lease.lease_id == lease_id
-        if not current and (entry.lease is not None or entry.released_lease_id != lease_id):
-            return change
+        if not current:
+            if entry.released_lease_id != lease_id:
+                return change
+            if entry.lease is not None:
+                # The run released last reported it after a re-run was granted (a restarted agent
+                # reports its predecessor's newest checkpoint, racing its own registration): kept
+                # as a late checkpoint, without rewinding the re-run.
+                return self.late_checkpoint(job_id, checkpoint, iteration)
         known = self.resume_iteration(entry)
         if known is not None and iteration <= known:
             return change

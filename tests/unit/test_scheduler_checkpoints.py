@@ -170,6 +170,19 @@ def test_a_late_checkpoint_no_newer_than_the_re_run_s_is_a_no_op() -> None:
     assert (entry.checkpoint_path, entry.checkpoint_iteration) == (PATH, CKPT)
 
 
+def test_a_periodic_checkpoint_of_the_released_run_that_lands_after_a_re_grant_is_kept() -> None:
+    """A restarted agent reports its predecessor's newest checkpoint (job.checkpointed, the old
+    lease), racing its own node.register: the release and a re-grant may come first."""
+    book, entry = progressed_past_checkpoint()
+    commit(book.release("L2", 40.0))
+    commit(book.grant("j", lease("L3", 50.0), 50.0))
+    commit(book.checkpointed("j", "L2", "/ckpt/j/l2.pt", CKPT + 250))
+    assert (entry.checkpoint_path, book.resume_iteration(entry)) == ("/ckpt/j/l2.pt", CKPT + 250)
+    commit(book.release("L3", 60.0))  # the re-run lost too: the next run resumes from the newest
+    assert book.resume_iteration(entry) == CKPT + 250
+    assert not commit(book.checkpointed("j", "L1", "/ckpt/j/l1.pt", CKPT + 900)).ops  # not the run released last
+
+
 def test_a_completion_records_its_checkpoint_as_of_unknown_iteration() -> None:
     """``job.completed`` carries a path but no checkpoint iteration; the job keeps what it reached."""
     book, entry = progressed_past_checkpoint()
@@ -277,14 +290,17 @@ def test_a_periodic_checkpoint_not_newer_than_the_known_one_is_ignored(iteration
 
 
 def test_a_periodic_checkpoint_of_an_earlier_run_is_ignored() -> None:
-    """L1 (suspended, then replaced by L2) and L2 once L3 runs: stale leases."""
+    """L1 (suspended, then replaced by L2) is a stale lease; L2, released last, is not."""
     book, entry = progressed_past_checkpoint()
     _unchanged(book, entry, commit(book.checkpointed("j", "L1", PATH, NEWER)))  # L2 runs
     commit(book.release("L2", 40.0))
     _unchanged(book, entry, commit(book.checkpointed("j", "L1", PATH, NEWER)))  # L2 was released last
     commit(book.grant("j", lease("L3", 50.0), 50.0))
-    _unchanged(book, entry, commit(book.checkpointed("j", "L2", PATH, NEWER)))  # the next run got CKPT
+    _unchanged(book, entry, commit(book.checkpointed("j", "L1", PATH, NEWER)))  # still not L1's
+    # L2's, landing after the re-grant, is kept for the next run (L3 resumed from CKPT and runs on).
+    commit(book.checkpointed("j", "L2", PATH, NEWER))
     assert book.leases["L3"].from_iteration == CKPT
+    assert book.resume_iteration(entry) == NEWER
 
 
 def test_a_periodic_checkpoint_of_a_finished_or_unknown_job_is_ignored() -> None:
