@@ -84,6 +84,9 @@ class JobEntry:
     requeued_since: float | None = None
     """``queued_since`` before the current lease, to restore if its grant fails."""
     released_lease_id: str | None = None
+    released_lost: bool = False
+    """Whether the run released last was released with no checkpoint reported (lost with its node or
+    agent): only such a run may still report a newer checkpoint once another run was granted."""
     """The job's lease released last (memory only): a ``job.checkpointed`` of that run that lands
     after the release still counts (see ``JobBook.checkpointed``)."""
 
@@ -529,6 +532,12 @@ class JobBook:
         change = Change()
         change.put_lease(lease, LeaseState.RELEASED)
         self._detach(change, entry, lease)
+        lost = checkpoint is None
+
+        def note_lost() -> None:
+            entry.released_lost = lost
+
+        change.then(note_lost)
         change.transition(entry, record, changes)
 
         def fold() -> None:
@@ -663,9 +672,11 @@ class JobBook:
             if entry.released_lease_id != lease_id:
                 return change
             if entry.lease is not None:
-                # The run released last reported it after a re-run was granted (a restarted agent
-                # reports its predecessor's newest checkpoint, racing its own registration): kept
-                # as a late checkpoint, without rewinding the re-run.
+                if not entry.released_lost:
+                    return change  # it stopped with its checkpoint reported: nothing newer can come
+                # The run released last, lost, reported it after a re-run was granted (a restarted
+                # agent reports its predecessor's newest checkpoint, racing its own registration):
+                # kept as a late checkpoint, without rewinding the re-run.
                 return self.late_checkpoint(job_id, checkpoint, iteration)
         known = self.resume_iteration(entry)
         if known is not None and iteration <= known:
