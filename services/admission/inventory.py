@@ -8,9 +8,10 @@ sorted ``node_id`` order, so two replicas that saw the same registrations build 
 Liveness (docs/control-plane.md, A round): a node is live while its heartbeats arrive; one silent
 for ``lease_ttl_s`` is dead and its GPUs are left out of the cluster. Silence is measured on this
 process's monotonic clock from when it last heard of the node (registration or heartbeat), never
-from the event's ``ts``: after a restart the replayed registrations count as fresh and the node
-has a full TTL to send its next heartbeat. A draining node keeps its running jobs but offers no
-free GPU (its free GPUs are held by the marker job :data:`UNAVAILABLE`).
+from the event's ``ts``: admission starts from the live nodes the scheduler knows
+(``query.admission``), each counted as heard at that moment, so it has a full TTL to send its next
+heartbeat; registrations are followed from there. A draining node keeps its running jobs but
+offers no free GPU (its free GPUs are held by the marker job :data:`UNAVAILABLE`).
 
 Admission's view of the nodes (it needs the cluster's GPU total). Placement keeps none: each round
 carries its nodes (``schemas.rounds``).
@@ -85,11 +86,12 @@ class Inventory:
         self.version = 0
 
     # --- facts ------------------------------------------------------------------------------
-    def on_register(self, reg: NodeRegister, now: float) -> bool:
+    def on_register(self, reg: NodeRegister, now: float, *, draining: bool = False) -> bool:
         """Record a registration; returns True when it is a new node or a new incarnation (the
-        node's previous processes, and so its leases, are gone)."""
+        node's previous processes, and so its leases, are gone). ``draining``: what the scheduler
+        knew of a node admission starts from (a registration itself says nothing about it)."""
         old = self.nodes.get(reg.node_id)
-        self.nodes[reg.node_id] = NodeRecord(reg, now)
+        self.nodes[reg.node_id] = NodeRecord(reg, now, draining)
         self._live.add(reg.node_id)
         self.version += 1
         return old is None or old.incarnation != reg.incarnation

@@ -1,23 +1,30 @@
 """Admission's memory: the admitted, unfinished jobs (the demand a policy weighs), the held queue,
 and which job ids already have a verdict.
 
-Everything here follows from facts on the lifecycle stream, so after a restart the ledger is
-rebuilt by replaying them (docs/control-plane.md, Processes): ``job.arrived`` makes a job pending,
-``job.accepted`` / ``job.held`` / ``job.rejected`` are admission's own verdicts, and
-``job.completed`` / ``job.failed`` / ``job.cancel`` end an admitted job's demand (or take a job out
-of the held queue). Every method is idempotent: a fact seen twice changes nothing the second time.
+On start the ledger is loaded from the scheduler's store (:meth:`Ledger.recover`, the reply to
+``query.admission``: docs/control-plane.md, Processes): admitted jobs with their specs, and the jobs
+the store holds as ``held`` — with a ``job.held`` verdict or, after a crash between arrival and
+verdict, without one; the store does not tell them apart — as *pending*, in submission order, so
+they are all judged again, in the order they were held. From then on it follows facts:
+``job.arrived`` makes a job pending, ``job.accepted`` / ``job.held`` / ``job.rejected`` are
+admission's own verdicts, and ``job.completed`` / ``job.failed`` / ``job.cancel`` end an admitted
+job's demand (or take a job out of the held queue). Every method is idempotent: a fact seen twice
+changes nothing the second time.
 
 A ``job.rejected`` for a job id that never arrived as a valid spec (admission rejects malformed
 submissions by the id their raw JSON names) is ignored, so a user may resubmit a corrected spec
 under the same id. Once a job has a verdict, a later ``job.arrived`` with its id is a duplicate
-(a retried submit): it is ignored, not judged again.
+(a retried submit): it is ignored, not judged again. ``decided`` holds the ids seen since this
+process started (and those it recovered); a job that finished before then is the scheduler's to
+recognise (it keeps one job per id).
 """
 
 from __future__ import annotations
 
-import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from schemas.control import AdmissionJob
 from schemas.jobs import JobArrived
 from services.core.state import JobState, JobStatus
 
@@ -32,9 +39,30 @@ class Ledger:
     """Arrived jobs without a verdict yet, in arrival order."""
     decided: set[str] = field(default_factory=set)
     """Ids with a verdict (accepted, rejected or finished): a new arrival with one is a duplicate."""
-    arrival_ids: dict[str, uuid.UUID] = field(default_factory=dict)
-    """The ``event_id`` of each held or pending job's arrival (verdict event ids derive from it)."""
     _seq: int = 0
+
+    # --- start ------------------------------------------------------------------------------
+    def recover(self, jobs: Iterable[AdmissionJob]) -> None:
+        """Start from the scheduler's unfinished jobs (in submission order): ``held`` ones become
+        pending (judged again, in this order), the others admitted demand. Replaces what was here."""
+        self.admitted.clear()
+        self.held.clear()
+        self.pending.clear()
+        self.decided.clear()
+        self._seq = 0
+        for job in jobs:
+            self._seq += 1
+            state = JobState(job_id=job.job_id, spec=job.spec, submit_time=job.submit_time, seq=self._seq)
+            if job.status == JobStatus.HELD.value:
+                state.status = JobStatus.HELD
+                self.pending[job.job_id] = state
+            else:
+                admitted = job.admit_time if job.admit_time is not None else job.submit_time
+                state.status = JobStatus.QUEUED
+                state.admit_time = admitted
+                state.queued_since = admitted
+                self.admitted[job.job_id] = state
+                self.decided.add(job.job_id)
 
     # --- facts ------------------------------------------------------------------------------
     def on_arrived(self, event: JobArrived) -> JobState | None:
@@ -45,7 +73,6 @@ class Ledger:
         self._seq += 1
         job = JobState(job_id=job_id, spec=event.spec, submit_time=event.ts, status=JobStatus.HELD, seq=self._seq)
         self.pending[job_id] = job
-        self.arrival_ids[job_id] = event.event_id
         return job
 
     def on_accepted(self, job_id: str, now: float) -> bool:
@@ -58,7 +85,6 @@ class Ledger:
         job.queued_since = now
         self.admitted[job_id] = job
         self.decided.add(job_id)
-        self.arrival_ids.pop(job_id, None)
         return True
 
     def on_held(self, job_id: str) -> bool:
@@ -76,7 +102,6 @@ class Ledger:
             return False
         job.status = JobStatus.REJECTED
         self.decided.add(job_id)
-        self.arrival_ids.pop(job_id, None)
         return True
 
     def on_finished(self, job_id: str) -> bool:
@@ -84,7 +109,6 @@ class Ledger:
 
         Returns True when admitted demand shrank (a held job may now fit)."""
         self.decided.add(job_id)
-        self.arrival_ids.pop(job_id, None)
         if self.held.pop(job_id, None) is not None or self.pending.pop(job_id, None) is not None:
             return False
         return self.admitted.pop(job_id, None) is not None

@@ -13,14 +13,28 @@
   the validation message (field and rule), so the submitter learns why; it is dead-lettered either
   way, and nothing else is disturbed (docs/control-plane.md, Durable consumers).
 * The policy sees the admitted, unfinished jobs (``ledger.py``) and a ``ClusterState`` of the live
-  nodes (``services.admission.inventory``). Both are rebuilt on start by replaying the stream
-  (``services.runtime.replay``) and then followed; heartbeats (core NATS) keep nodes live.
+  nodes (``services.admission.inventory``); heartbeats (core NATS) keep nodes live.
 
-Verdicts are published pipelined (``outbox.py``): an arrival is acked once its verdict is on the
-wire, and the JetStream acks are confirmed behind. After a crash, replay finds every arrival without
-a stored verdict and judges it again. Verdict event ids derive from the arrival's ``event_id``
-(uuid5), so a verdict republished within JetStream's duplicate window is stored once, and a
-redelivered arrival whose verdict is already in the ledger is not judged again.
+Start: from the store, not by replaying the stream (DESIGN, Trust and failure). Admission reads
+the stream's last sequence ``P`` and asks the leading scheduler (``query.admission``, retried with
+back-off until one leads) for what it stores: the unfinished jobs with their specs in submission
+order, and the live nodes. The leader answers once it has applied every fact stored up to ``P``.
+Admitted jobs become the ledger's demand; ``held`` jobs — held by a verdict, or arrived without one
+(a crash between the two: the store cannot tell them apart) — are offered to the policy again, in
+submission order, which is the order they were held in, and each gets its verdict again. Then
+admission follows only what comes after ``P``: completions, failures, cancels and registrations
+from ``P + 1`` (``StreamFollower``), and arrivals on its durable consumer (created, if it does not
+exist, to start at ``P + 1`` too; arrivals it delivers that the reply already held are recognised as
+duplicates). With all NATS data lost and the store kept, the same steps resume the held queue.
+
+Every arrival gets exactly one verdict: an arrival is acked once its verdict is on the wire, and the
+JetStream acks are confirmed behind (``outbox.py``); an arrival whose verdict was lost in a crash is
+``held`` in the store without one, so the next start judges it. Verdict event ids derive from the
+judged arrival's job id (``uuid5(job id, verdict)``; one arrival per job id is judged — a later one
+is a duplicate), not from its event id, which the store does not keep: a verdict given again after
+a restart is the same event (stored once within JetStream's duplicate window, applied once by
+consumers that key on event ids), and a redelivered arrival whose job is in the ledger is not judged
+again. A held job therefore sees its ``job.held`` again after a restart, with the same event id.
 
 One admission instance should be active per namespace: replicas would share the durable consumer
 and so see only part of the arrivals each.
@@ -39,15 +53,18 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import nats.errors
+import nats.js.errors
 from nats.aio.subscription import Subscription
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from pydantic import Field, model_validator
 
 from schemas.base import Event
 from schemas.codec import MalformedMessageError
+from schemas.control import AdmissionJob, AdmissionNode, AdmissionQuery, AdmissionReply
 from schemas.fields import MAX_REASON_CHARS
 from schemas.ids import is_token
 from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobCompleted, JobFailed, JobHeld, JobRejected
-from schemas.nodes import NodeHeartbeat, NodeRegister
+from schemas.nodes import GpuInventory, NodeHeartbeat, NodeRegister
 from schemas.subjects import (
     JOB_ACCEPTED,
     JOB_ARRIVED,
@@ -58,6 +75,7 @@ from schemas.subjects import (
     JOB_REJECTED,
     NODE_HEARTBEAT,
     NODE_REGISTER,
+    QUERY_ADMISSION,
 )
 from services.admission.inventory import Inventory
 from services.admission.ledger import Ledger
@@ -66,42 +84,44 @@ from services.core.decisions import Admission
 from services.core.protocols import AdmissionPolicy, accepts_all
 from services.core.registry import ADMISSION
 from services.core.state import ClusterState, JobState
-from services.runtime.bus import Bus
+from services.runtime.bus import Bus, BusError
 from services.runtime.config import ServiceConfig
 from services.runtime.consumer import ConsumerOptions, DurableConsumer
-from services.runtime.replay import ReaderStats, StreamFollower, replay
+from services.runtime.replay import StreamFollower
 from services.runtime.service import RoundhouseService
 
 log = logging.getLogger("roundhouse.admission")
 
 DURABLE = "admission"
-REPLAY_SUBJECTS: tuple[str, ...] = (
-    JOB_ARRIVED,
-    JOB_ACCEPTED,
-    JOB_HELD,
-    JOB_REJECTED,
-    JOB_COMPLETED,
-    JOB_FAILED,
-    JOB_CANCEL,
-    NODE_REGISTER,
-)
-"""What the ledger and inventory are rebuilt from on start."""
 FOLLOW_SUBJECTS: tuple[str, ...] = (JOB_COMPLETED, JOB_FAILED, JOB_CANCEL, NODE_REGISTER)
-"""What changes them afterwards, besides this service's own verdicts and the durable arrivals."""
+"""What changes the ledger and inventory after the start, besides this service's own verdicts and
+the durable arrivals (followed from the stream's end at the start, never from sequence 1)."""
 
 _VERDICT_IDS = uuid.UUID("6f1d4c2e-3b7a-4e55-9a0c-1d2e3f405a6b")
 """uuid5 namespace of verdict event ids."""
 _VERDICT_PREFIX = _VERDICT_IDS.bytes
 
 
-def verdict_event_id(arrival: uuid.UUID, verdict: str) -> uuid.UUID:
-    """The event id of ``verdict`` (accepted/held/rejected) for the arrival ``arrival``.
+def verdict_event_id(job_id: str, verdict: str) -> uuid.UUID:
+    """The event id of ``verdict`` (accepted/held/rejected) for the judged arrival of ``job_id``.
 
-    ``uuid.uuid5(_VERDICT_IDS, f"{arrival}:{verdict}")``, computed without ``uuid5``'s keyword
+    ``uuid.uuid5(_VERDICT_IDS, f"{job_id}:{verdict}")``, computed without ``uuid5``'s keyword
     handling and version checks (once per verdict, on admission's hot path); a test pins equality.
     """
-    digest = hashlib.sha1(_VERDICT_PREFIX + f"{arrival}:{verdict}".encode(), usedforsecurity=False).digest()
+    digest = hashlib.sha1(_VERDICT_PREFIX + f"{job_id}:{verdict}".encode(), usedforsecurity=False).digest()
     return uuid.UUID(bytes=digest[:16], version=5)
+
+
+def node_register(node: AdmissionNode) -> NodeRegister:
+    """A registration standing in for ``node`` as the scheduler stores it (inventory: GPU indices
+    and type; NVML uuids and memory are not stored, and no admission policy reads them)."""
+    gpus = [
+        GpuInventory(index=i, uuid=f"{node.node_id}-gpu-{i}", name=node.gpu_type, memory_mib=1) for i in node.gpus
+    ]
+    return NodeRegister(
+        node_id=node.node_id, incarnation=node.incarnation, hostname=node.hostname, cpus=node.cpus,
+        memory_gb=node.memory_gb, gpus=gpus,
+    )  # fmt: skip
 
 
 def malformed_reason(error: MalformedMessageError) -> str:
@@ -133,6 +153,13 @@ class AdmissionConfig(ServiceConfig):
         default=5.0, gt=0, le=86_400, description="Held jobs are offered again at least this often."
     )
     batch: int = Field(default=512, ge=1, le=65_536, description="Arrivals fetched per pull.")
+    start_timeout_s: float = Field(
+        default=5.0, gt=0, le=600, description="Time-out of each query.admission request at the start."
+    )
+    start_retry_max_s: float = Field(
+        default=5.0, gt=0, le=600, description="Longest pause between start queries while no scheduler leads."
+    )
+    start_page: int = Field(default=1000, ge=1, le=10_000, description="Jobs asked for per query.admission page.")
 
     @model_validator(mode="after")
     def _policy_builds(self) -> AdmissionConfig:
@@ -157,12 +184,13 @@ class AdmissionService(RoundhouseService):
         self._accepts_all = accepts_all(self.policy)
         self.ledger = Ledger()
         self.inventory = Inventory(lease_ttl_s=config.lease_ttl_s)
-        self.replay_stats = ReaderStats()
+        self.start_stats: dict[str, float] = {}
+        """How the last start went: attempts, pages, jobs, held, admitted, nodes, through_seq, seconds."""
         self.counts: dict[str, int] = {
             "accepted": 0, "held": 0, "rejected": 0, "released": 0, "malformed_rejected": 0, "duplicates": 0,
         }  # fmt: skip
         self.ready = asyncio.Event()
-        """Set once the ledger is rebuilt and arrivals are being consumed."""
+        """Set once the ledger is loaded from the store, its held jobs judged, and arrivals are consumed."""
         self._bus: Bus | None = None
         self._lock = asyncio.Lock()
         self._cluster: ClusterState | None = None
@@ -177,37 +205,143 @@ class AdmissionService(RoundhouseService):
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
+        """Start the outbox and the heartbeat subscription, and the start-up from the store in the
+        background (it waits for a leading scheduler); ``ready`` is set once arrivals are consumed."""
         self._bus = bus
         self._outbox = VerdictOutbox(bus)
         await self._outbox.start()
+        self._subs.append(await bus.subscribe(NODE_HEARTBEAT, NodeHeartbeat, self._on_heartbeat))
+        self._tasks.append(asyncio.create_task(self._start_from_store(bus), name="admission-start"))
+
+    async def _start_from_store(self, bus: Bus) -> None:
+        """Start (``_start_once``) until it succeeds: a step that fails on the bus after the reply
+        (the broker went away) undoes the start and begins again with a fresh query."""
+        delay = 0.5
+        while True:
+            try:
+                await self._start_once(bus)
+                return
+            except Exception:
+                log.exception("admission's start failed; starting again from the store in %.1f s", delay)
+            await self._undo_start()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.settings.start_retry_max_s)
+
+    async def _undo_start(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+        if self._follower is not None:
+            await self._follower.stop()
+            self._follower = None
+        if self._outbox is not None:
+            # Verdicts given so far must be stored before the next query asks what the store holds.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._outbox.flush(), self.settings.start_timeout_s)
+
+    async def _start_once(self, bus: Bus) -> None:
         began = time.perf_counter()
-        last = await replay(bus, REPLAY_SUBJECTS, self._replayed, stats=self.replay_stats)
-        log.info(
-            "admission ledger rebuilt from %d facts in %.0f ms: %d admitted, %d held, %d GPUs",
-            self.replay_stats.handled, (time.perf_counter() - began) * 1000,
-            len(self.ledger.admitted), len(self.ledger.held), self.inventory.total_gpus,
-        )  # fmt: skip
-        self._follower = StreamFollower(bus, FOLLOW_SUBJECTS, self._followed, start_seq=last + 1,
+        through = await self._recover(bus)
+        self._follower = StreamFollower(bus, FOLLOW_SUBJECTS, self._followed, start_seq=through + 1,
                                         name="admission-view")  # fmt: skip
         await self._follower.start()
-        self._subs.append(await bus.subscribe(NODE_HEARTBEAT, NodeHeartbeat, self._on_heartbeat))
-        # Arrivals stored without a verdict (a crash between the two) are judged now; the durable
-        # consumer may deliver them again, which the ledger recognises as duplicates.
+        # Held in the store: held by a verdict, or arrived without one (a crash between the two).
+        # Both are offered again, in submission order; the durable consumer may deliver some of them
+        # again, which the ledger recognises as duplicates.
         if self.ledger.pending:
             await self._decide(list(self.ledger.pending.values()))
+        options = ConsumerOptions(batch=self.settings.batch, fetch_timeout_s=0.5)
+        await self._provision_durable(bus, options, start_seq=through + 1)
         self._consumer = await bus.consume(
-            JOB_ARRIVED, JobArrived, self._on_arrived, durable=DURABLE,
-            options=ConsumerOptions(batch=self.settings.batch, fetch_timeout_s=0.5),
+            JOB_ARRIVED, JobArrived, self._on_arrived, durable=DURABLE, options=options,
             on_malformed=self._on_malformed,
         )  # fmt: skip
         self._tasks.append(asyncio.create_task(self._sweep(), name="admission-sweep"))
         self._tasks.append(asyncio.create_task(self._reoffer_loop(), name="admission-reoffer"))
+        self.start_stats["seconds"] = time.perf_counter() - began
+        log.info(
+            "admission started from the store in %.0f ms (stream sequence %d): %d admitted, %d held, %d GPUs",
+            self.start_stats["seconds"] * 1000, through, len(self.ledger.admitted), len(self.ledger.held),
+            self.inventory.total_gpus,
+        )  # fmt: skip
         self.ready.set()
+
+    async def _recover(self, bus: Bus) -> int:
+        """Load the ledger and the inventory from the leading scheduler (asked until one answers);
+        returns the stream sequence the answer reflects every fact up to."""
+        delay = 0.1
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                info = await bus.js.stream_info(bus.stream_name)
+                through = int(info.state.last_seq or 0)
+                jobs, nodes, pages = await self._ask(bus, through)
+                break
+            except (BusError, MalformedMessageError, nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+                level = logging.WARNING if attempts in (1, 10) or attempts % 100 == 0 else logging.DEBUG
+                log.log(level, "admission waits for a leading scheduler to start from (attempt %d): %s",
+                        attempts, exc)  # fmt: skip
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.start_retry_max_s)
+        self.ledger.recover(jobs)
+        self.inventory = Inventory(lease_ttl_s=self.settings.lease_ttl_s)
+        self._cluster = None
+        now = time.monotonic()
+        for node in nodes:
+            self.inventory.on_register(node_register(node), now, draining=node.draining)
+        self.start_stats = {
+            "attempts": attempts, "pages": pages, "jobs": len(jobs), "held": len(self.ledger.pending),
+            "admitted": len(self.ledger.admitted), "nodes": len(nodes), "through_seq": through,
+        }  # fmt: skip
+        return through
+
+    async def _ask(self, bus: Bus, through: int) -> tuple[list[AdmissionJob], list[AdmissionNode], int]:
+        """Every page of ``query.admission`` for ``through``: (jobs in submission order, nodes, pages)."""
+        jobs: list[AdmissionJob] = []
+        nodes: list[AdmissionNode] = []
+        after: int | None = None
+        pages = 0
+        while True:
+            query = AdmissionQuery(through_seq=through, after_seq=after, limit=self.settings.start_page)
+            reply = await bus.request(QUERY_ADMISSION, query, AdmissionReply, timeout_s=self.settings.start_timeout_s)
+            pages += 1
+            if after is None:
+                nodes = list(reply.nodes)
+            jobs.extend(reply.jobs)
+            if not reply.truncated or not reply.jobs:
+                return jobs, nodes, pages
+            after = reply.jobs[-1].seq
+
+    async def _provision_durable(self, bus: Bus, options: ConsumerOptions, *, start_seq: int) -> None:
+        """Create the durable arrivals consumer, if it does not exist, to start at ``start_seq``: an
+        arrival stored before it is in the store already (held, judged at the start). An existing one
+        resumes where it acked."""
+        name = bus.name(DURABLE)
+        try:
+            await bus.js.consumer_info(bus.stream_name, name)
+            return
+        except nats.js.errors.NotFoundError:
+            pass
+        config = ConsumerConfig(
+            durable_name=name, name=name, ack_policy=AckPolicy.EXPLICIT, ack_wait=options.ack_wait_s,
+            max_deliver=options.max_deliver, deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(1, start_seq), filter_subject=bus.wire(JOB_ARRIVED),
+        )  # fmt: skip
+        try:
+            await bus.js.add_consumer(bus.stream_name, config)
+        except nats.js.errors.BadRequestError as exc:
+            log.info("admission's durable consumer exists already (%s)", exc)
 
     async def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
+        if self._tasks:  # the start first: it may still be waiting for a scheduler
+            starting = self._tasks[0]
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
         if self._consumer is not None:
             await self._consumer.stop()
         if self._outbox is not None:
@@ -223,19 +357,6 @@ class AdmissionService(RoundhouseService):
             await self._follower.stop()
 
     # --- facts ------------------------------------------------------------------------------
-    async def _replayed(self, event: Event) -> None:
-        ledger = self.ledger
-        if isinstance(event, JobArrived):
-            ledger.on_arrived(event)
-        elif isinstance(event, JobAccepted):
-            ledger.on_accepted(event.job_id, event.ts)
-        elif isinstance(event, JobHeld):
-            ledger.on_held(event.job_id)
-        elif isinstance(event, JobRejected):
-            ledger.on_rejected(event.job_id)
-        else:
-            await self._followed(event)
-
     async def _followed(self, event: Event) -> None:
         if isinstance(event, (JobCompleted, JobFailed, JobCancel)):
             if self.ledger.on_finished(event.job_id) and self.ledger.held:
@@ -277,7 +398,7 @@ class AdmissionService(RoundhouseService):
             return
         if self._accepts_all and not self.ledger.held:
             # Fast path (protocols: accepts_all): no policy call, no offered list, no lock needed.
-            await self._accept(job.job_id, event.event_id, was_held=False)
+            await self._accept(job.job_id, was_held=False)
             return
         await self._decide([job])
 
@@ -319,33 +440,30 @@ class AdmissionService(RoundhouseService):
         outbox, ledger, name = self._outbox, self.ledger, self.policy.name
         assert outbox is not None
         for job_id in verdict.accepted:
-            arrival = ledger.arrival_ids.get(job_id)
-            if arrival is not None:
-                await self._accept(job_id, arrival, was_held=job_id in ledger.held)
+            if job_id in ledger.pending or job_id in ledger.held:
+                await self._accept(job_id, was_held=job_id in ledger.held)
         for job_id, reason in verdict.rejected.items():
-            arrival = ledger.arrival_ids.get(job_id)
-            if arrival is None:
+            if job_id not in ledger.pending and job_id not in ledger.held:
                 continue
             await outbox.send(JOB_REJECTED, JobRejected(
-                event_id=verdict_event_id(arrival, "rejected"), job_id=job_id, reason=reason, policy=name,
+                event_id=verdict_event_id(job_id, "rejected"), job_id=job_id, reason=reason, policy=name,
             ))  # fmt: skip
             ledger.on_rejected(job_id)
             self.counts["rejected"] += 1
         for job_id in held:
-            arrival = ledger.arrival_ids.get(job_id)
-            if arrival is None or job_id not in ledger.pending:
+            if job_id not in ledger.pending:
                 continue  # held before: stays held without a new event
             await outbox.send(JOB_HELD, JobHeld(
-                event_id=verdict_event_id(arrival, "held"), job_id=job_id, policy=name, reason=self._held_reason(),
+                event_id=verdict_event_id(job_id, "held"), job_id=job_id, policy=name, reason=self._held_reason(),
             ))  # fmt: skip
             ledger.on_held(job_id)
             self.counts["held"] += 1
 
-    async def _accept(self, job_id: str, arrival: uuid.UUID, *, was_held: bool) -> None:
+    async def _accept(self, job_id: str, *, was_held: bool) -> None:
         assert self._outbox is not None
         # Built without re-validation: every field comes from a validated arrival or from here.
         accepted = JobAccepted.model_construct(
-            event_id=verdict_event_id(arrival, "accepted"), ts=time.time(), schema_version=1, job_id=job_id,
+            event_id=verdict_event_id(job_id, "accepted"), ts=time.time(), schema_version=1, job_id=job_id,
             reason="released: capacity freed" if was_held else None, policy=self.policy.name,
         )  # fmt: skip
         await self._outbox.send(JOB_ACCEPTED, accepted)
@@ -367,5 +485,5 @@ class AdmissionService(RoundhouseService):
             "admitted_now": len(self.ledger.admitted),
             "held_now": len(self.ledger.held),
             "gpus": self.inventory.total_gpus,
-            "replayed": self.replay_stats.handled,
+            "started_from_store": dict(self.start_stats),
         }

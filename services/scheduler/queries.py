@@ -1,4 +1,5 @@
-"""``query.jobs``: the leader's view of jobs, for ``roundhouse jobs``.
+"""``query.jobs``: the leader's view of jobs, for ``roundhouse jobs``; ``query.admission``: what the
+admission service starts from.
 
 Unfinished jobs come from the leader's book (current to the last applied event, running jobs'
 attained service to ``now``); finished ones, when asked for, from the store. Results are sorted by
@@ -7,17 +8,52 @@ job id and paged with ``after`` / ``limit``.
 A queued job that nothing held says why it waits (``waiting_reason``): the GPUs it needs against
 those free now (and on one node, which is what a consolidating placement needs), and its place
 among the waiting jobs in the last round's ranking, the policy's order.
+
+``query.admission`` (:func:`answer_admission`) lists the unfinished jobs of the book (held ones and
+admitted ones, each with its spec) in submission order (``seq``: the stream order of their
+``job.arrived``, so held jobs come in the order admission held them), paged by ``after_seq``, with
+the live nodes on the first page. It is answered only once the leader has applied every fact
+stored up to the query's ``through_seq`` (:func:`applied_through`): admission reads the stream's
+last sequence, asks, and then follows the stream from the next one, so no fact falls between the
+reply and what it follows.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
-from schemas.control import JobsQuery, JobsReply, JobView
+import nats.errors
+import nats.js.errors
+
+from schemas.control import (
+    AdmissionJob,
+    AdmissionNode,
+    AdmissionQuery,
+    AdmissionReply,
+    JobsQuery,
+    JobsReply,
+    JobView,
+)
+from schemas.subjects import (
+    JOB_ACCEPTED,
+    JOB_ARRIVED,
+    JOB_CANCEL,
+    JOB_COMPLETED,
+    JOB_FAILED,
+    JOB_REJECTED,
+    NODE_REGISTER,
+)
 from services.core.state import ClusterState, JobState, JobStatus
+from services.runtime.bus import Bus
 from services.runtime.store import JobRecord
 from services.scheduler.book import JobBook, JobEntry
+from services.scheduler.inventory import Inventory
+from services.scheduler.replica import CONSUMERS
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +167,79 @@ def answer(
     ordered = [views[j] for j in sorted(views)]
     truncated = len(ordered) > query.limit
     return JobsReply(jobs=ordered[: query.limit], truncated=truncated, epoch=epoch)
+
+
+# --- query.admission ----------------------------------------------------------------------------
+ADMISSION_FACTS: Final = (JOB_ARRIVED, JOB_ACCEPTED, JOB_REJECTED, JOB_CANCEL, JOB_COMPLETED, JOB_FAILED, NODE_REGISTER)
+"""The subjects whose facts change what ``query.admission`` answers (``job.held`` only sets a reason)."""
+ADMISSION_REPLY_BYTES: Final = 512 * 1024
+"""Specs per page stop at about this many bytes (NATS's default ``max_payload`` is 1 MiB); a page
+holds at least one job, whose spec fitted in its own ``job.arrived``."""
+
+
+async def applied_through(bus: Bus, seq: int, *, subjects: Iterable[str] = ADMISSION_FACTS) -> bool:
+    """Whether this leader's durable consumers of ``subjects`` have applied (acked, so committed
+    and in the book) every message stored up to stream sequence ``seq``.
+
+    Per consumer, from the server's view: its ack floor reached ``seq``; or nothing it was delivered
+    is unacked and it has nothing left to deliver, or what is left comes after ``seq``. A message
+    nak'ed for a retry stays unacked, so it holds the answer back until it is applied or dead-lettered.
+    """
+    if seq <= 0:
+        return True
+    for subject in subjects:
+        try:
+            info = await bus.js.consumer_info(bus.stream_name, bus.name(CONSUMERS[subject]))
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError):
+            return False  # not created yet (a term starting), or the broker is away: not known
+        if info.ack_floor is not None and (info.ack_floor.stream_seq or 0) >= seq:
+            continue
+        if info.num_ack_pending:
+            return False
+        if info.num_pending and (info.delivered is None or (info.delivered.stream_seq or 0) < seq):
+            return False
+    return True
+
+
+async def wait_applied_through(bus: Bus, seq: int, *, timeout_s: float, poll_s: float = 0.05) -> bool:
+    """:func:`applied_through`, asked again every ``poll_s`` for up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not await applied_through(bus, seq):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(poll_s)
+    return True
+
+
+def admission_nodes(inventory: Inventory) -> list[AdmissionNode]:
+    """The live nodes, as admission rebuilds its inventory from them."""
+    nodes: list[AdmissionNode] = []
+    for n in inventory.live():
+        nodes.append(AdmissionNode(
+            node_id=n.node_id, incarnation=uuid.UUID(n.incarnation), hostname=n.hostname, gpus=list(n.gpus),
+            gpu_type=n.gpu_type, cpus=n.cpus, memory_gb=n.memory_gb, draining=n.draining,
+        ))  # fmt: skip
+    return nodes
+
+
+def answer_admission(query: AdmissionQuery, book: JobBook, inventory: Inventory, epoch: int) -> AdmissionReply:
+    """The unfinished jobs of ``book`` with ``seq`` above ``query.after_seq``, in ``seq`` order, up to
+    ``query.limit`` jobs and about :data:`ADMISSION_REPLY_BYTES` of specs; the live nodes on the
+    first page (``after_seq`` None)."""
+    after = query.after_seq if query.after_seq is not None else -1
+    states = sorted(
+        (e.state for e in book.jobs.values() if not e.state.status.is_final and e.state.seq > after),
+        key=lambda state: state.seq,
+    )
+    jobs: list[AdmissionJob] = []
+    size = 0
+    for state in states:
+        if len(jobs) >= query.limit or (jobs and size >= ADMISSION_REPLY_BYTES):
+            break
+        size += len(state.spec.model_dump_json())
+        jobs.append(AdmissionJob(
+            job_id=state.job_id, spec=state.spec, status=state.status.value, submit_time=state.submit_time,
+            admit_time=state.admit_time, seq=state.seq,
+        ))  # fmt: skip
+    nodes = admission_nodes(inventory) if query.after_seq is None else []
+    return AdmissionReply(jobs=jobs, nodes=nodes, truncated=len(jobs) < len(states), epoch=epoch)

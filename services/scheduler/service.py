@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.control import JobsQuery, JobsReply
+from schemas.control import AdmissionQuery, AdmissionReply, JobsQuery, JobsReply
 from schemas.rounds import RoundTrigger
 from services.core.protocols import SchedulingPolicy
 from services.core.registry import SCHEDULING
@@ -43,12 +43,15 @@ from services.scheduler.facts import JobFacts
 from services.scheduler.inventory import Inventory
 from services.scheduler.leader import LeaderElection
 from services.scheduler.nodes import NodeFacts
-from services.scheduler.queries import answer
+from services.scheduler.queries import answer, answer_admission, wait_applied_through
 from services.scheduler.replica import CONSUMERS, Replica
 from services.scheduler.rounds import ValidPlan
 from services.scheduler.term import Leadership, Term
 from services.scheduler.timings import RoundTimings
 from services.scheduler.topology import Topology
+
+ADMISSION_WAIT_S = 2.0
+"""How long ``query.admission`` waits for this leader to apply the facts it must reflect."""
 
 __all__ = ["CONSUMERS", "RoundSnapshot", "RoundTimings", "SchedulerConfig", "SchedulerService"]
 
@@ -78,6 +81,7 @@ class SchedulerService(RoundhouseService):
         self.leadership = Leadership(
             self.replica, facts=self.facts, nodes=self.nodes, cycle=self.cycle, execution=self.execution,
             on_query=self._on_query, consumer_options=self.consumer_options,
+            on_admission_query=self._on_admission_query,
         )  # fmt: skip
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -213,3 +217,16 @@ class SchedulerService(RoundhouseService):
                 finished = (await r.store.jobs_by_status(*finals))[-self.cfg.query_finished_limit :]
         context = self.cycle.waiting_context() if r.book.waiting_count() else None
         return answer(query, r.book, finished, r.clock.time(), term.epoch, context=context)
+
+    async def _on_admission_query(self, query: AdmissionQuery) -> AdmissionReply:
+        """What admission starts from (``queries.answer_admission``), once every fact stored up to
+        ``query.through_seq`` is applied; a leader still behind after ``ADMISSION_WAIT_S`` says so."""
+        r = self.replica
+        term = r.term
+        if term is None or r.bus is None:
+            raise RuntimeError("not the leader; ask again (the leader answers query.admission)")
+        if not await wait_applied_through(r.bus, query.through_seq, timeout_s=ADMISSION_WAIT_S):
+            raise RuntimeError(f"facts up to stream sequence {query.through_seq} are not applied yet; ask again")
+        if r.term is not term:
+            raise RuntimeError("the term ended while answering; ask the next leader")
+        return answer_admission(query, r.book, r.inventory, term.epoch)

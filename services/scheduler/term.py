@@ -8,9 +8,10 @@ a fresh book from the store and its node
 inventory (every node given a fresh ``lease_ttl_s``: nobody knows when it last spoke), requeues
 RUNNING jobs found without a lease, opens a :class:`Term` (the epoch, its ``LeaseExecutor`` and
 ``RoundTimer``), starts the durable consumers of the job and node facts, subscribes to heartbeats,
-plans and the fast path of ``job.suspended``, serves ``query.jobs``, watches the job metrics and
-runs the round loop and the sweeper. On deposition (:meth:`Leadership.on_deposed`) it stops all of
-that before another replica can act, and forgets the book.
+plans and the fast path of ``job.suspended``, serves ``query.jobs`` and ``query.admission``,
+watches the job metrics and runs the round loop and the sweeper. On deposition
+(:meth:`Leadership.on_deposed`) it stops all of that before another replica can act, and forgets the
+book.
 
 Election and deposition never interleave (one lock): a deposition that finishes late can never
 replace the book of a term that began meanwhile. A consumer's handler refuses to run, and refuses to
@@ -29,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 
 from nats.aio.subscription import Subscription
 
-from schemas.control import JobsQuery, JobsReply
+from schemas.control import AdmissionQuery, AdmissionReply, JobsQuery, JobsReply
 from schemas.jobs import JobSuspended
 from schemas.nodes import NodeHeartbeat
 from schemas.rounds import PlacementPlan
-from schemas.subjects import JOB_SUSPENDED, NODE_HEARTBEAT, PLACEMENT_PLAN, QUERY_JOBS
+from schemas.subjects import JOB_SUSPENDED, NODE_HEARTBEAT, PLACEMENT_PLAN, QUERY_ADMISSION, QUERY_JOBS
 from services.runtime.consumer import ConsumerHandler, ConsumerOptions, DurableConsumer
 from services.runtime.kv import KVWatcher
 from services.runtime.store import LeaseRecord
@@ -95,6 +96,7 @@ class Leadership:
         execution: Execution,
         on_query: Callable[[JobsQuery], Awaitable[JobsReply]],
         consumer_options: ConsumerOptions,
+        on_admission_query: Callable[[AdmissionQuery], Awaitable[AdmissionReply]] | None = None,
     ) -> None:
         self.replica = replica
         self.facts = facts
@@ -102,6 +104,7 @@ class Leadership:
         self.cycle = cycle
         self.execution = execution
         self.on_query = on_query
+        self.on_admission_query = on_admission_query
         self.consumer_options = consumer_options
         self._transition = asyncio.Lock()
 
@@ -153,6 +156,8 @@ class Leadership:
         term.subscriptions.append(await bus.subscribe(JOB_SUSPENDED, JobSuspended, self.facts.on_suspension_seen))
         term.subscriptions.append(await bus.subscribe(PLACEMENT_PLAN, PlacementPlan, self.cycle.on_plan))
         term.subscriptions.append(await bus.serve(QUERY_JOBS, JobsQuery, self.on_query))
+        if self.on_admission_query is not None:
+            term.subscriptions.append(await bus.serve(QUERY_ADMISSION, AdmissionQuery, self.on_admission_query))
         metrics = await bus.kv(METRICS_BUCKET, ttl_s=METRICS_TTL_S)
         term.watchers.append(await metrics.watch(">", self.facts.on_metrics))
         term.spawn(self.cycle.round_loop(term), "rounds")

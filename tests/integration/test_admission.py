@@ -1,5 +1,10 @@
 """The admission service against a real nats-server: verdicts, malformed submissions, holding and
-releasing under a load threshold, rebuilding by replay after a restart, and a child process."""
+releasing under a load threshold, starting from the scheduler's store after a restart (not by
+replaying the stream), and a child process.
+
+Admission starts from what the leading scheduler stores (``query.admission``). Most tests here give
+it :class:`StoreStub` instead of a scheduler (an answer from a fixed store); the restart test runs
+the real scheduler with its SQLite store."""
 
 from __future__ import annotations
 
@@ -13,14 +18,20 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import nats.js.errors
 import pytest
+from nats.aio.subscription import Subscription
 
 from schemas.base import Event
+from schemas.control import AdmissionJob, AdmissionNode, AdmissionQuery, AdmissionReply
 from schemas.job import JobSpec
-from schemas.jobs import JobAccepted, JobArrived, JobCompleted, JobHeld, JobRejected
+from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobCompleted, JobHeld, JobRejected
+from schemas.subjects import QUERY_ADMISSION
 from services.admission.service import AdmissionConfig, AdmissionService
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus
+from services.scheduler.config import SchedulerConfig
+from services.scheduler.service import SchedulerService
 from tests.helpers import eventually, fake_node
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,10 +78,59 @@ def config(broker: Broker, namespace: str, **extra: object) -> AdmissionConfig:
     return AdmissionConfig(nats=broker.url, namespace=namespace, reoffer_interval_s=60, **extra)
 
 
+class StoreStub:
+    """Answers ``query.admission`` as a leading scheduler with a fixed store would (no waiting for
+    facts: nothing else writes this store)."""
+
+    def __init__(self, jobs: list[AdmissionJob] | None = None, nodes: list[AdmissionNode] | None = None) -> None:
+        self.jobs = jobs or []
+        self.nodes = nodes or []
+        self.queries: list[AdmissionQuery] = []
+        self._sub: Subscription | None = None
+
+    async def start(self, bus: Bus) -> None:
+        self._sub = await bus.serve(QUERY_ADMISSION, AdmissionQuery, self._answer)
+
+    async def _answer(self, query: AdmissionQuery) -> AdmissionReply:
+        self.queries.append(query)
+        after = query.after_seq if query.after_seq is not None else -1
+        jobs = [j for j in self.jobs if j.seq > after]
+        page = jobs[: query.limit]
+        nodes = self.nodes if query.after_seq is None else []
+        return AdmissionReply(jobs=page, nodes=nodes, truncated=len(page) < len(jobs), epoch=1)
+
+
+def stub_node(node_id: str, gpus: int) -> AdmissionNode:
+    return AdmissionNode(node_id=node_id, incarnation=uuid.uuid4(), hostname="127.0.0.1", gpus=list(range(gpus)))
+
+
 @pytest.fixture
-async def accept_all(broker: Broker, bus: Bus, namespace: str) -> AsyncIterator[AdmissionService]:
-    service = AdmissionService(config(broker, namespace))
+async def store(bus: Bus) -> StoreStub:
+    stub = StoreStub()
+    await stub.start(bus)
+    return stub
+
+
+async def consumer_exists(bus: Bus, durable: str, timeout_s: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        try:
+            await bus.js.consumer_info(bus.stream_name, bus.name(durable))
+            return
+        except nats.js.errors.NotFoundError:
+            assert asyncio.get_running_loop().time() < deadline, f"no durable consumer {durable}"
+            await asyncio.sleep(0.1)
+
+
+async def started(service: AdmissionService, bus: Bus, timeout_s: float = 10.0) -> AdmissionService:
     await service.start(bus)
+    await asyncio.wait_for(service.ready.wait(), timeout_s)
+    return service
+
+
+@pytest.fixture
+async def accept_all(broker: Broker, bus: Bus, namespace: str, store: StoreStub) -> AsyncIterator[AdmissionService]:
+    service = await started(AdmissionService(config(broker, namespace)), bus)
     yield service
     await service.stop()
 
@@ -116,11 +176,11 @@ async def test_a_malformed_spec_gets_a_clear_rejection_and_nothing_else_is_distu
 
 
 async def test_load_threshold_holds_jobs_and_releases_them_in_order_as_capacity_frees(
-    broker: Broker, bus: Bus, namespace: str, verdicts: Verdicts
+    broker: Broker, bus: Bus, namespace: str, verdicts: Verdicts, store: StoreStub
 ) -> None:
-    await bus.publish("node.register", fake_node("node-a", 4, gpu_name="Fake", memory_mib=1024))
+    store.nodes = [stub_node("node-a", 4)]
     service = AdmissionService(config(broker, namespace, policy="load-threshold", policy_options={"factor": 1.0}))
-    await service.start(bus)
+    await started(service, bus)
     try:
         assert service.inventory.total_gpus == 4
         for job_id, gpus in (("j1", 4), ("j2", 2), ("j3", 1), ("j4", 1)):
@@ -143,38 +203,131 @@ async def test_load_threshold_holds_jobs_and_releases_them_in_order_as_capacity_
         await service.stop()
 
 
-async def test_rebuilds_the_ledger_by_replay_after_a_restart(
+async def test_starts_from_the_schedulers_store_after_a_restart(
+    broker: Broker, bus: Bus, namespace: str, verdicts: Verdicts, tmp_path: Path
+) -> None:
+    """A real scheduler (SQLite) answers query.admission: admitted demand, the held queue in its order,
+    an arrival stored while admission was down (no verdict yet) and the node inventory survive."""
+    scheduler = SchedulerService(SchedulerConfig(
+        nats=broker.url, namespace=namespace, db=str(tmp_path / "db"), policy="fifo", round_s=3600,
+        leader_ttl_s=1.0, plan_timeout_s=0.5, log_format="text",
+    ))  # fmt: skip
+    scheduler_bus = await Bus.connect(broker.url, name="scheduler", options=bus.options)
+    await scheduler.start(scheduler_bus)
+    settings = config(broker, namespace, policy="load-threshold", policy_options={"factor": 1.0})
+    try:
+        await eventually(lambda: scheduler.is_leader, what="a leading scheduler")
+        await bus.publish("node.register", fake_node("node-a", 2, gpu_name="Fake", memory_mib=1024))
+        # Answered once the scheduler applied every fact up to the stream's end: the registration too.
+        first = await started(AdmissionService(settings), bus)
+        assert first.inventory.total_gpus == 2
+        for job_id in ("j1", "j2", "j3", "j4", "j6"):
+            await bus.publish("job.arrived", arrived(job_id, 1))
+        await eventually(lambda: len(verdicts.seen) == 5)
+        await first.stop()
+        assert [(k, j) for k, j, _ in verdicts.seen] == [
+            ("accepted", "j1"), ("accepted", "j2"), ("accepted", "j3"), ("held", "j4"), ("held", "j6"),
+        ]  # fmt: skip
+
+        await bus.publish("job.cancel", JobCancel(job_id="j1"))  # while admission is down
+        await bus.publish("job.arrived", arrived("j5", 1))
+        await eventually(lambda: scheduler.book.entry("j5") is not None and scheduler.book.entry("j1") is None,
+                         what="the scheduler has j5 and no longer j1")  # fmt: skip
+        second = await started(AdmissionService(settings), bus)
+        try:
+            await eventually(lambda: len(verdicts.seen) == 8)
+            # From the store: j1 cancelled, so demand is 2 <= 2 GPUs: j4 (held first) is let in; j6
+            # (held) and j5 (stored while admission was down, no verdict yet) then find 3 > 2, in
+            # submission order: j6 is held again (the same event), j5 held for the first time.
+            assert [(k, j) for k, j, _ in verdicts.seen[5:]] == [("accepted", "j4"), ("held", "j6"), ("held", "j5")]
+            assert verdicts.seen[6][2].event_id == verdicts.seen[4][2].event_id
+            assert set(second.ledger.admitted) == {"j2", "j3", "j4"}
+            assert list(second.ledger.held) == ["j6", "j5"]
+            assert second.inventory.total_gpus == 2
+            assert (second.start_stats["held"], second.start_stats["admitted"]) == (3, 2)
+            # j5's arrival, still unacked on the durable consumer, is delivered and known already.
+            await eventually(lambda: second.counts["duplicates"] == 1, what="j5's arrival recognised")
+            assert second.counts["accepted"] == 1  # nothing admitted before the restart was admitted again
+
+            def status(job_id: str) -> str | None:
+                entry = scheduler.book.entry(job_id)
+                return entry.state.status.value if entry is not None else None
+
+            await eventually(lambda: status("j4") == "queued", what="j4 let in, in the store too")
+        finally:
+            await second.stop()
+    finally:
+        await scheduler.stop()
+        await scheduler_bus.close()
+
+
+async def test_start_reads_from_the_streams_end_not_from_sequence_1(
+    broker: Broker, bus: Bus, namespace: str, verdicts: Verdicts, store: StoreStub
+) -> None:
+    """Many old facts on the stream, arrivals without verdicts among them: admission starts from the
+    store (here: empty) and follows from the stream's last sequence; nothing old is read or judged."""
+    old = 3000
+    events: list[tuple[str, Event]] = []
+    for i in range(old):
+        job_id = f"old-{i}"
+        events.append(("job.arrived", arrived(job_id)))
+        events.append(("job.completed", completed(job_id)))
+    for subject, event in events:
+        await bus.publish(subject, event)
+    last = (await bus.js.stream_info(bus.stream_name)).state.last_seq
+    assert last >= 2 * old
+    service = AdmissionService(config(broker, namespace))
+    began = asyncio.get_running_loop().time()
+    await started(service, bus)
+    took = asyncio.get_running_loop().time() - began
+    try:
+        assert service.start_stats["through_seq"] == last
+        assert store.queries[0].through_seq == last
+        assert service._follower is not None
+        assert service._follower.stats.handled == 0
+        consumer = await bus.js.consumer_info(bus.stream_name, bus.name("admission"))
+        assert consumer.config.opt_start_seq == last + 1
+        assert consumer.num_pending == 0
+        await bus.publish("job.arrived", arrived("new"))
+        await bus.publish("job.completed", completed("new"))
+        await eventually(lambda: verdicts.of("new") == ["accepted"])
+        await eventually(lambda: service._follower is not None and service._follower.stats.handled == 1)
+        assert service._follower.stats.last_seq > last
+        assert [j for _, j, _ in verdicts.seen] == ["new"]  # no old arrival was judged
+        assert took < 5.0, f"start took {took:.1f} s"
+    finally:
+        await service.stop()
+
+
+async def test_waits_for_a_leading_scheduler_and_stops_while_waiting(
     broker: Broker, bus: Bus, namespace: str, verdicts: Verdicts
 ) -> None:
-    settings = config(broker, namespace, policy="load-threshold", policy_options={"factor": 1.0})
-    await bus.publish("node.register", fake_node("node-a", 2, gpu_name="Fake", memory_mib=1024))
-    first = AdmissionService(settings)
-    await first.start(bus)
-    for job_id in ("j1", "j2", "j3", "j4"):
-        await bus.publish("job.arrived", arrived(job_id, 1))
-    await eventually(lambda: len(verdicts.seen) == 4)
-    await first.stop()
-    assert [k for k, _, _ in verdicts.seen] == ["accepted", "accepted", "accepted", "held"]
+    settings = config(broker, namespace, start_retry_max_s=0.2, start_timeout_s=0.5)
+    never = AdmissionService(settings)
+    await never.start(bus)  # returns at once: the start from the store waits in the background
+    await asyncio.sleep(0.3)
+    await asyncio.wait_for(never.stop(), 2)  # stops while still waiting for a scheduler
+    assert not never.ready.is_set()
 
-    await bus.publish("job.completed", completed("j1"))  # while admission is down
-    await bus.publish("job.arrived", arrived("j5", 1))
-    second = AdmissionService(settings)
-    await second.start(bus)
+    service = AdmissionService(settings)
+    await service.start(bus)
     try:
-        await eventually(lambda: len(verdicts.seen) == 6)
-        # Replayed: j1 finished, so demand is 2 <= 2 GPUs: j4 (held first) is released, and the
-        # arrival stored while admission was down (j5) then finds 3 > 2 and is held.
-        assert [(k, j) for k, j, _ in verdicts.seen[4:]] == [("accepted", "j4"), ("held", "j5")]
-        assert set(second.ledger.admitted) == {"j2", "j3", "j4"}
-        assert list(second.ledger.held) == ["j5"]
-        assert second.inventory.total_gpus == 2
-        assert second.counts["accepted"] == 1  # nothing decided before the restart was decided again
+        await asyncio.sleep(0.8)
+        assert not service.ready.is_set()
+        # Submitted while no scheduler leads; the scheduler that comes stored it (held, no verdict).
+        early = arrived("early")
+        await bus.publish("job.arrived", early)
+        held = AdmissionJob(job_id="early", spec=early.spec, status="held", submit_time=early.ts, seq=1)
+        await StoreStub(jobs=[held]).start(bus)
+        await asyncio.wait_for(service.ready.wait(), 5)
+        assert service.start_stats["attempts"] >= 2
+        await eventually(lambda: verdicts.of("early") == ["accepted"])
     finally:
-        await second.stop()
+        await service.stop()
 
 
 async def test_runs_as_a_child_process_and_stops_on_sigterm(
-    broker: Broker, bus: Bus, namespace: str, verdicts: Verdicts
+    broker: Broker, bus: Bus, namespace: str, verdicts: Verdicts, store: StoreStub
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = await asyncio.create_subprocess_exec(
@@ -183,6 +336,9 @@ async def test_runs_as_a_child_process_and_stops_on_sigterm(
         cwd=REPO, env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
+        # Started (from the stub's empty store) once its durable consumer exists: arrivals stored
+        # before that would be the store's to hold, and the stub stores nothing.
+        await consumer_exists(bus, "admission", timeout_s=30)
         await bus.publish("job.arrived", arrived("small", 1))
         await bus.publish("job.arrived", arrived("huge", 8))
         await eventually(lambda: len(verdicts.seen) == 2, timeout_s=30)
@@ -214,14 +370,14 @@ def test_a_policy_that_cannot_be_built_is_a_configuration_error(settings: dict[s
         AdmissionConfig(**settings)
 
 
-def test_verdict_event_ids_are_uuid5_of_the_arrival_and_verdict() -> None:
+def test_verdict_event_ids_are_uuid5_of_the_job_id_and_verdict() -> None:
     from services.admission.service import _VERDICT_IDS, verdict_event_id
 
-    arrival = uuid.uuid4()
+    job_id = uuid.uuid4().hex
     for verdict in ("accepted", "held", "rejected"):
-        expected = uuid.uuid5(_VERDICT_IDS, f"{arrival}:{verdict}")
-        assert verdict_event_id(arrival, verdict) == expected
-        assert verdict_event_id(arrival, verdict).version == 5
+        expected = uuid.uuid5(_VERDICT_IDS, f"{job_id}:{verdict}")
+        assert verdict_event_id(job_id, verdict) == expected
+        assert verdict_event_id(job_id, verdict).version == 5
 
 
 async def test_outbox_confirms_every_verdict_and_republishes_one_whose_ack_never_came(bus: Bus) -> None:
