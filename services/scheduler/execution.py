@@ -38,7 +38,8 @@ class Execution:
     def __init__(self, replica: Replica) -> None:
         self.replica = replica
 
-    def _grace(self, job_id: str) -> float:
+    def grace(self, job_id: str) -> float:
+        """The job's grace period (0 for a job the book no longer has)."""
         entry = self.replica.book.entry(job_id)
         return entry.state.spec.grace_period_s if entry is not None else 0.0
 
@@ -106,7 +107,7 @@ class Execution:
         r = self.replica
         deadline = max((lease.revoke_deadline or r.clock.time()) for lease, _ in revokes)
         acks = await asyncio.gather(
-            *(executor.revoke(lease, reason, self._grace(lease.job_id), lease.revoke_deadline or deadline)
+            *(executor.revoke(lease, reason, self.grace(lease.job_id), lease.revoke_deadline or deadline)
               for lease, reason in revokes),
             return_exceptions=True,
         )  # fmt: skip
@@ -224,7 +225,7 @@ class Execution:
     async def _revoke_in_background(self, term: Term, lease: Lease, reason: RevokeReason) -> None:
         """Revoke outside a round (cancel, terminate, unknown lease), then release at the deadline."""
         r = self.replica
-        grace = self._grace(lease.job_id)
+        grace = self.grace(lease.job_id)
         deadline = lease.revoke_deadline or (r.clock.time() + grace + r.cfg.revoke_margin_s)
         if term.dispatch is not None and not term.dispatch.done():
             await asyncio.wait([term.dispatch])  # never overtake the grant of this very lease

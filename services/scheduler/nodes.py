@@ -1,7 +1,9 @@
 """Nodes: registrations, heartbeats and the sweep, and the releases and revokes they imply.
 
 ``node.register`` (a durable consumer) updates the inventory, persisted with the change; a new
-incarnation of an agent releases the leases the node held (they are gone with its processes).
+incarnation of an agent revokes the leases the node held on the node: the new agent answers
+``unknown_lease`` for those gone with the old one's processes (released at once) and stops one it
+took already (a grant retried across the restart), so that job is not granted elsewhere meanwhile.
 Heartbeats (core NATS) keep a node live and list the leases it holds; the sweep, a few times per
 lease TTL and before every round, marks nodes silent for the TTL dead and releases revokes past
 their deadline. What a heartbeat or a sweep implies is decided by ``reconcile.py`` (pure, on
@@ -13,14 +15,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from schemas.leases import RevokeReason
 from schemas.nodes import NodeHeartbeat, NodeRegister
 from schemas.rounds import RoundTrigger
 from schemas.subjects import NODE_REGISTER
 from services.runtime.consumer import ConsumerHandler
-from services.runtime.store import SetMeta, StaleWriteError
+from services.runtime.store import LeaseState, SetMeta, StaleWriteError
 from services.scheduler.book import Change
 from services.scheduler.execution import Execution
 from services.scheduler.inventory import META_KEY
+from services.scheduler.leases import Lease
 from services.scheduler.reconcile import reconcile_heartbeat, sweep_releases
 from services.scheduler.replica import CONSUMERS, Replica
 from services.scheduler.term import Term
@@ -47,14 +51,25 @@ class NodeFacts:
         async with r.lock:
             restarted = r.inventory.register(event, r.clock.monotonic())
             changes: list[Change | None] = []
+            stale: list[Lease] = []
             if restarted is not None:
-                # A new incarnation: the leases it held are gone with their processes.
+                # A new incarnation: the leases the node held are gone with the old agent's processes,
+                # except one the new agent took already (a grant retried across the restart reaches it
+                # before this fact is applied). So they are revoked on the node, not released blind:
+                # the new agent answers unknown_lease for what it does not hold (released at once) and
+                # stops what it does (released with its job.suspended); no job runs twice meanwhile.
                 now = r.clock.time()
                 for lease in r.book.leases_on(event.node_id):
-                    changes.append(r.book.release(lease.lease_id, now))
+                    if lease.state is LeaseState.GRANTED:
+                        deadline = now + self.execution.grace(lease.job_id) + r.cfg.revoke_margin_s
+                        changes.append(r.book.revoke(lease.job_id, RevokeReason.PREEMPT, deadline))
+                    else:
+                        stale.append(lease)  # being revoked already: asked again, of the new agent
             change = r.book.merge(changes)
             change.ops.append(SetMeta(META_KEY, r.inventory.dumps()))
             await r.commit(change, event_id=event.event_id, consumer=CONSUMERS[NODE_REGISTER])
+            change.revokes.extend((lease, lease.reason or RevokeReason.PREEMPT) for lease in stale)
+        self.execution.send_revokes(change)
         r.churn(RoundTrigger.NODE_CHANGE)
 
     async def on_heartbeat(self, event: NodeHeartbeat) -> None:
