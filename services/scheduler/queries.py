@@ -182,8 +182,10 @@ async def applied_through(bus: Bus, seq: int, *, subjects: Iterable[str] = ADMIS
     and in the book) every message stored up to stream sequence ``seq``.
 
     Per consumer, from the server's view: its ack floor reached ``seq``; or nothing it was delivered
-    is unacked and it has nothing left to deliver, or what is left comes after ``seq``. A message
-    nak'ed for a retry stays unacked, so it holds the answer back until it is applied or dead-lettered.
+    is unacked and it has nothing left to deliver, or what is left comes after ``seq``. Conservative:
+    the server does not say where unacked messages lie, so any unacked one holds the answer back
+    while the ack floor is below ``seq`` (a message nak'ed for a retry too, until it is applied or
+    dead-lettered); under steady load the floor passes ``seq`` as later messages are acked.
     """
     if seq <= 0:
         return True

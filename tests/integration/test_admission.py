@@ -403,3 +403,45 @@ async def test_outbox_confirms_every_verdict_and_republishes_one_whose_ack_never
     info = await bus.js.stream_info(bus.stream_name, subjects_filter=bus.wire("job.accepted"))
     # Republished with the same Nats-Msg-Id: stored once each.
     assert info.state.messages == 50
+
+
+async def test_applied_through_waits_until_every_fact_up_to_the_sequence_is_acked(bus: Bus) -> None:
+    """What the scheduler checks before answering query.admission (``queries.applied_through``), on
+    its durable consumers as the server sees them: here one, whose handler holds a fact unacked."""
+    from schemas.subjects import JOB_CANCEL
+    from services.runtime.consumer import ConsumerOptions
+    from services.scheduler.queries import applied_through
+    from services.scheduler.replica import CONSUMERS
+
+    release = asyncio.Event()
+    handled: list[str] = []
+
+    async def handler(event: JobCancel) -> None:
+        await release.wait()
+        handled.append(event.job_id)
+
+    await bus.publish("job.arrived", arrived("other"))  # another subject: not this consumer's
+    assert await applied_through(bus, 1, subjects=[JOB_CANCEL]) is False  # no consumer yet: not known
+    consumer = await bus.consume(JOB_CANCEL, JobCancel, handler, durable=CONSUMERS[JOB_CANCEL],
+                                 options=ConsumerOptions(fetch_timeout_s=0.2))  # fmt: skip
+    try:
+        seq = (await bus.js.stream_info(bus.stream_name)).state.last_seq
+        assert await applied_through(bus, seq, subjects=[JOB_CANCEL])  # nothing of its own up to seq
+        await bus.publish("job.cancel", JobCancel(job_id="c1"))
+        stored = (await bus.js.stream_info(bus.stream_name)).state.last_seq
+        await asyncio.sleep(0.3)  # delivered, held by the handler
+        assert not await applied_through(bus, stored, subjects=[JOB_CANCEL])
+        # Conservative: an unacked fact holds back any answer not past the ack floor (the server does
+        # not say where the unacked ones lie), even one for a sequence before it.
+        assert not await applied_through(bus, seq, subjects=[JOB_CANCEL])
+        release.set()
+        await eventually(lambda: handled == ["c1"])
+        for _ in range(50):  # the ack travels to the server after the handler returned
+            if await applied_through(bus, stored, subjects=[JOB_CANCEL]):
+                break
+            await asyncio.sleep(0.05)
+        assert await applied_through(bus, stored, subjects=[JOB_CANCEL])
+        await bus.publish("job.arrived", arrived("later"))  # later facts of other subjects change nothing
+        assert await applied_through(bus, stored + 1, subjects=[JOB_CANCEL])
+    finally:
+        await consumer.stop()
