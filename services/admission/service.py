@@ -450,11 +450,13 @@ class AdmissionService(RoundhouseService):
             ))  # fmt: skip
             ledger.on_rejected(job_id)
             self.counts["rejected"] += 1
+        held_reason: str | None = None  # one per call: admitted demand does not change while jobs are held
         for job_id in held:
             if job_id not in ledger.pending:
                 continue  # held before: stays held without a new event
+            held_reason = held_reason or self._held_reason()
             await outbox.send(JOB_HELD, JobHeld(
-                event_id=verdict_event_id(job_id, "held"), job_id=job_id, policy=name, reason=self._held_reason(),
+                event_id=verdict_event_id(job_id, "held"), job_id=job_id, policy=name, reason=held_reason,
             ))  # fmt: skip
             ledger.on_held(job_id)
             self.counts["held"] += 1
