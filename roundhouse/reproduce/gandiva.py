@@ -144,7 +144,7 @@ class _FeedbackSimulator(Simulator):
             # progress resumes at productive_from at this rate: when the target would be reached
             self._expected[job.job_id] = job.productive_from + (self._target(job) - job.done0) / job.rate
 
-    def _release(self, job: SimJobState, t: float, *, checkpoint: bool) -> None:
+    def _release(self, job: SimJobState, t: float, checkpoint: bool) -> None:
         n = len(job.gpus)
         if job.productive_from < t:
             self.productive.append((job.productive_from, t, n))
@@ -152,7 +152,7 @@ class _FeedbackSimulator(Simulator):
         expected = self._expected.pop(job.job_id, None)
         if expected is not None and job.trace is not None and job.done_s >= self._target(job) - 1e-6:
             self.feedback[job.trace.index] = expected - job.submit_time
-        super()._release(job, t, checkpoint=checkpoint)
+        super()._release(job, t, checkpoint)
 
     def _apply(self, plan: Plan, t: float) -> bool:
         self.migrations += len(set(plan.suspend) & set(plan.launch))  # moved: suspended and relaunched

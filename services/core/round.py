@@ -36,6 +36,8 @@ def diff_plan(placement: Placement, ranking: Ranking, jobs: Mapping[str, JobStat
     """
     if placement.plan is not None:
         hint = placement.plan
+        if not hint.terminate and not ranking.terminate:  # the usual case, without copying either
+            return hint
         if dict(hint.terminate) == dict(ranking.terminate):
             return hint
         return Plan(launch=hint.launch, suspend=hint.suspend, terminate=dict(ranking.terminate))
@@ -85,7 +87,9 @@ def place_step(
     """The placement half of a round: the target allocation for ``ranking``, as the changes to
     make; in a fill round only launches of waiting jobs onto GPUs free now (and terminations)."""
     target = placement.place(ranking, jobs, cluster, now)
-    plan = diff_plan(target, ranking, jobs)
+    plan = target.plan
+    if plan is None or plan.terminate or ranking.terminate:  # else diff_plan returns the policy's own diff
+        plan = diff_plan(target, ranking, jobs)
     return fill_only_plan(plan, jobs, cluster) if fill_only else plan
 
 

@@ -5,10 +5,11 @@ job ends when its work is done, not at the next round edge), and rounds. A round
 timer (every ``round_s``, on the grid 0, round_s, 2*round_s, ... as in Blox) and, if the scheduling
 policy's ``triggers`` ask for it (or ``SimConfig.extra_triggers``), right after an arrival or a
 completion. A round is ``admit -> rank -> place -> plan diff`` with the very policy objects the
-services use, then the plan is applied: suspensions first (checkpoint cost), then launches
-(restore + relaunch cost for resumed jobs), as modelled in ``services.core.costs``. Each job's
-transitions (admit, launch, suspend, finish) are ``services.core.lifecycle``'s, the functions the
-scheduler's job book applies to live jobs.
+services use and the very round functions (``services.core.round.rank_step`` and ``place_step``, the
+scheduler's and the placement service's halves), then the plan is applied: suspensions first
+(checkpoint cost), then launches (restore + relaunch cost for resumed jobs), as modelled in
+``services.core.costs``. Each job's transitions (admit, launch, suspend, finish) are
+``services.core.lifecycle``'s, the functions the scheduler's job book applies to live jobs.
 
 Starting from a state instead of an empty cluster: ``Simulator.start_from`` (forward simulation from
 a snapshot, ``services.core.simulation.forward``).
@@ -35,7 +36,6 @@ from typing import Protocol
 
 from services.core.costs import CostModel
 from services.core.decisions import Plan
-from services.core.fill import fill_only_plan, fill_only_ranking
 from services.core.lifecycle import admit as admit_job
 from services.core.lifecycle import finish as finish_job
 from services.core.lifecycle import launch as launch_job
@@ -51,13 +51,15 @@ from services.core.protocols import (
     is_sort_keyed,
     keeps_running,
 )
-from services.core.round import diff_plan
+from services.core.round import place_step, rank_step
 from services.core.simulation.invariants import InvariantError, check_invariants, snapshot_inputs
 from services.core.simulation.jobs import SimClock, SimJobState
 from services.core.simulation.workload import TraceJob, checked_in_order
 from services.core.state import ClusterState, JobState, JobStatus
 
 INF = math.inf
+_heappush = heapq.heappush
+"""Bound once: a module attribute lookup on every launch otherwise."""
 _RUNNING_STATUS = JobStatus.RUNNING
 _COMPLETED_STATUS = JobStatus.COMPLETED
 _HELD_STATUS = JobStatus.HELD
@@ -228,9 +230,9 @@ class Simulator:
         self._track_left = (track[1] - track[0] + 1) if track is not None else -1
         self._progress = progress
         self._done_measured = 0
-        self._started = False
-        """Jobs were put in the system at 0 by ``start_from``: the run begins as after arrivals at 0."""
-        self._ran = False
+        # No more instance attributes here without removing one: at 30, CPython 3.11 stops sharing
+        # the instance dict's keys and every ``self.x`` read of the hot loop gets ~10% slower
+        # (test_engine checks the count).
 
     # --- starting from a state ------------------------------------------------------------------
     def start_from(self, jobs: Iterable[InitialJob]) -> list[SimJobState | None]:
@@ -247,16 +249,13 @@ class Simulator:
         no restore or relaunch cost (it is not being resumed), or waits if those GPUs are not free
         (unknown to the cluster, or taken by a job given before it). The first round is as after
         arrivals at 0: at 0 if the policy rounds on arrivals or on the timer. The jobs' ids must
-        differ from the workload's (its indexes count from 0)."""
-        if self._ran:
-            raise SimulationError("start_from() must be called before run()")
+        differ from the workload's (its indexes count from 0). Call it before ``run``."""
         out = self.out
         jobs_by_id = self._jobs
         states: list[SimJobState | None] = []
         for initial in jobs:
             trace = initial.trace
             self._arrive(trace, 0.0)
-            self._started = True
             job = jobs_by_id.get(trace.job_id)
             states.append(job)
             if job is None:
@@ -304,7 +303,6 @@ class Simulator:
 
     # --- main loop ----------------------------------------------------------------------------
     def run(self) -> Outcome:
-        self._ran = True
         with _fewer_collections():
             return self._run()
 
@@ -319,7 +317,7 @@ class Simulator:
         now = 0.0
         loops = 0
         bar = self._progress
-        if self._started:  # jobs arrived at 0 (start_from): the round they trigger, as in the loop
+        if self._seq:  # jobs arrived before the run (start_from), at 0: the round they trigger, as in the loop
             if self._on_arrival or self._timer:
                 round_at = 0.0
             elif config.fill_between_rounds:
@@ -449,7 +447,7 @@ class Simulator:
     def _end(self, job: SimJobState, t: float, status: JobStatus) -> None:
         out = self.out
         if job.status is _RUNNING_STATUS:
-            self._release(job, t, checkpoint=False)
+            self._release(job, t, False)
         finish_job(job, status, t)
         job_id = job.job_id
         del self.active[job_id]
@@ -542,14 +540,18 @@ class Simulator:
         launch_job(job, t, gpus, start)  # decided at ``t``, first started at ``start``
         rate = 1.0 if n == 1 and job.gpus_requested == 1 else self._rate(job, gpus)
         productive_from = start + overhead
-        job.start_line(productive_from, rate)
+        # ``job.start_line(productive_from, rate)``, inline (a call per launch saved):
+        job.productive_from = productive_from
+        job.rate = rate
+        job.line_a = job.service0 - n * productive_from
         self._running[job_id] = job
-        if self._keyed is not None:
-            self._keyed.mark_running(job)
+        keyed = self._keyed
+        if keyed is not None:
+            keyed.mark_running(job)
         left = job.work_s - job.done0
         finish = productive_from + (left if left > 0.0 else 0.0) / rate
-        self._event_seq += 1
-        heapq.heappush(self._events, (finish, self._event_seq, job_id, version))
+        seq = self._event_seq = self._event_seq + 1
+        _heappush(self._events, (finish, seq, job_id, version))
 
     def _split_stale(self) -> None:
         """Drop the stale completion events (every suspension leaves one) from the event heap, so
@@ -564,9 +566,9 @@ class Simulator:
         heapq.heapify(live)
         events[:] = live
 
-    def _release(self, job: SimJobState, t: float, *, checkpoint: bool) -> None:
+    def _release(self, job: SimJobState, t: float, checkpoint: bool) -> None:
         out = self.out
-        out.productive_gpu_s += job.freeze(final=not checkpoint)  # only _end releases without one
+        out.productive_gpu_s += job.freeze(not checkpoint)  # final: only _end releases without one
         gpus = job.gpus
         n = len(gpus)
         job_id = job.job_id
@@ -590,14 +592,8 @@ class Simulator:
         job.rate = 0.0  # its ``gpus`` go with the transition that follows (suspend or finish)
         job.version += 1
 
-    def _suspend(self, job: SimJobState, t: float) -> None:
-        self._release(job, t, checkpoint=True)
-        suspend_job(job, t)
-        if self._keyed is not None:
-            self._keyed.push(job, t)
-
     # --- rounds -------------------------------------------------------------------------------
-    def _round(self, t: float, *, fill_only: bool = False) -> bool:
+    def _round(self, t: float, fill_only: bool = False) -> bool:
         """Run one round at ``t``; returns whether it changed the allocation. ``fill_only``: a fill
         round (``services.core.fill``), skipped when no GPU is free."""
         if fill_only and not self.cluster.free_gpu_count:
@@ -618,13 +614,11 @@ class Simulator:
         active = self.active
         cluster = self.cluster
         if offered and self._accepts_all:
-            for job in offered:
-                self._admit(job, t)
+            self._admit(offered, t)
         elif offered:
             verdict = self.admission.admit(offered, active, cluster, t)
             by_id = {j.job_id: j for j in offered}
-            for job_id in verdict.accepted:
-                self._admit(by_id.pop(job_id), t)
+            self._admit([by_id.pop(job_id) for job_id in verdict.accepted], t)
             for job_id, reason in verdict.rejected.items():
                 self._reject(self._jobs[by_id.pop(job_id).job_id], t, reason)
             held = set(verdict.held)
@@ -638,31 +632,29 @@ class Simulator:
             return False
         debug = self.config.debug
         before = snapshot_inputs(active, cluster) if debug else None
+        # The round of the services (``services.core.round``): the scheduler's half, then the
+        # placement service's. The incremental order, when kept, is the ranking ``rank()`` would give.
+        known = None
         if keyed is not None:
-            ranking = keyed.ranking(active, t)
+            known = keyed.ranking(active, t)
             if debug:
                 expected = list(self.scheduling.rank(active, cluster, t).order)
-                if list(ranking.order) != expected:
+                if list(known.order) != expected:
                     raise InvariantError(f"incremental order of {self.scheduling.name!r} differs from rank() at t={t}")
-        else:
-            ranking = self.scheduling.rank(active, cluster, t)
-        if fill_only:
-            ranking = fill_only_ranking(ranking, active)
-        target = self.placement.place(ranking, active, cluster, t)
-        plan = target.plan
-        if plan is None or ranking.terminate or plan.terminate:  # else diff_plan would return the hint as is
-            plan = diff_plan(target, ranking, active)
+        ranking = rank_step(self.scheduling, active, cluster, t, fill_only=fill_only, ranking=known)
+        plan = place_step(self.placement, ranking, active, cluster, t, fill_only=fill_only)
         if before is not None and snapshot_inputs(active, cluster) != before:
             raise InvariantError(f"a policy mutated its inputs during the round at t={t}")
-        if fill_only:
-            plan = fill_only_plan(plan, active, cluster)
         return self._apply(plan, t)
 
-    def _admit(self, job: JobState, t: float) -> None:
-        admit_job(job, t)
-        self.active[job.job_id] = job
-        if self._keyed is not None:
-            self._keyed.push(job, t)
+    def _admit(self, jobs: list[JobState], t: float) -> None:
+        active = self.active
+        keyed = self._keyed
+        for job in jobs:
+            admit_job(job, t)
+            active[job.job_id] = job
+            if keyed is not None:
+                keyed.push(job, t)
 
     def _apply(self, plan: Plan, t: float) -> bool:
         jobs = self._jobs
@@ -672,12 +664,18 @@ class Simulator:
             if job is None or job_id not in active:
                 raise SimulationError(f"plan terminates job {job_id!r}, which is not admitted")
             self._end(job, t, JobStatus.COMPLETED)
-        suspend = self._suspend
+        release = self._release
+        keyed = self._keyed
         for job_id in plan.suspend:
             job = jobs.get(job_id)
             if job is None or job.status is not _RUNNING_STATUS:
                 raise SimulationError(f"plan suspends job {job_id!r}, which is not running")
-            suspend(job, t)
+            # The suspension, inline (no method call per victim): its checkpoint holds the GPUs, the
+            # job waits again and is re-keyed.
+            release(job, t, True)
+            suspend_job(job, t)
+            if keyed is not None:
+                keyed.push(job, t)
         total = self.cluster.total_gpus
         holders = self.cluster.gpu_jobs
         launch = self._launch

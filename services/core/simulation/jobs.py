@@ -45,7 +45,6 @@ class SimJobState(JobState):
 
     __slots__ = (
         "_executed0",
-        "_service0",
         "_spec",
         "alloc_since",
         "checkpoint_s",
@@ -59,6 +58,7 @@ class SimJobState(JobState):
         "measured",
         "productive_from",
         "rate",
+        "service0",
         "total_iterations",
         "trace",
         "version",
@@ -83,7 +83,8 @@ class SimJobState(JobState):
         self._spec: JobSpec | None = None
         self.gpus_requested: int = trace.gpus if trace is not None else kwargs["spec"].gpus
         """A slot shadowing ``JobState.gpus_requested`` (same value, no spec needed, read per round)."""
-        self._service0 = 0.0
+        self.service0 = 0.0
+        """Attained service as of the last launch or suspension (the progress line's base)."""
         self._executed0 = 0.0
         self.done0 = 0.0
         self.rate = 0.0
@@ -136,7 +137,7 @@ class SimJobState(JobState):
     def run_start_service(self) -> float | None:
         """Attained service when the current run began (None unless running): the frozen value
         its progress line starts from."""
-        return self._service0 if self.status is _RUNNING else None
+        return self.service0 if self.status is _RUNNING else None
 
     @run_start_service.setter
     def run_start_service(self, value: float | None) -> None:
@@ -185,12 +186,12 @@ class SimJobState(JobState):
     @property
     def attained_service(self) -> float:
         if self.status is not _RUNNING or self.clock.now <= self.productive_from:
-            return self._service0
+            return self.service0
         return self.line_a + len(self.gpus) * self.clock.now
 
     @attained_service.setter
     def attained_service(self, value: float) -> None:
-        self._service0 = value
+        self.service0 = value
 
     @property
     def executed_time(self) -> float:
@@ -216,12 +217,13 @@ class SimJobState(JobState):
         return self.done0 + self.rate * self._productive_s()
 
     def start_line(self, productive_from: float, rate: float) -> None:
-        """The job (re)starts: progress resumes at ``productive_from`` at ``rate``."""
+        """The job (re)starts: progress resumes at ``productive_from`` at ``rate`` (the engine's
+        ``_launch`` does the same inline, once per launch)."""
         self.productive_from = productive_from
         self.rate = rate
-        self.line_a = self._service0 - len(self.gpus) * productive_from
+        self.line_a = self.service0 - len(self.gpus) * productive_from
 
-    def freeze(self, *, final: bool = False) -> float:
+    def freeze(self, final: bool = False) -> float:
         """Fold progress up to ``clock.now`` into the base values; returns GPU-seconds just folded.
 
         ``final``: the job ends (or the simulation does), so the loss samples of this run are not
@@ -236,7 +238,7 @@ class SimJobState(JobState):
         if self.loss_log is not None:
             self.loss_log.fold(Run(self.productive_from, self.done0, self.rate, self.work_s), now, samples=not final)
         # ``attained_service`` and ``_productive_s`` inlined (this runs on every suspension).
-        service = self._service0 = self.line_a + n * now
+        service = self.service0 = self.line_a + n * now
         self._executed0 += productive
         self.done0 += self.rate * productive
         self.productive_from = now

@@ -24,7 +24,7 @@ def held() -> JobState:
     return job("j", status=JobStatus.HELD, submit=5.0)
 
 
-def waiting(since: float = 100.0, longest: float = 0.0, first: float | None = None) -> JobState:
+def waiting(since: float | None = 100.0, longest: float = 0.0, first: float | None = None) -> JobState:
     state = job("j", submit=5.0, queued_since=since)
     state.longest_wait_s = longest
     state.first_start_time = first
@@ -60,6 +60,9 @@ CASES = [
     Case("launch: a resumed job keeps its first start and a longer earlier wait",
          lambda: waiting(since=100.0, longest=1000.0, first=20.0), lambda j, **kw: lifecycle.launch(j, 400.0, **kw),
          {"first_start_time": 20.0, "longest_wait_s": 1000.0, "gpus": ()}),
+    Case("launch: no wait on record (an interrupted grant restored none) leaves the longest wait",
+         lambda: waiting(since=None, longest=50.0), lambda j, **kw: lifecycle.launch(j, 400.0, **kw),
+         {"queued_since": None, "longest_wait_s": 50.0, "first_start_time": 400.0}),
     Case("suspend: preempted, counted", lambda: running(preemptions=2),
          lambda j, **kw: lifecycle.suspend(j, 70.0, **kw),
          {"status": JobStatus.QUEUED, "queued_since": 70.0, "gpus": (), "preemptions": 3, "last_preempt_time": 70.0}),
