@@ -70,6 +70,10 @@ class RoundCycle:
         self.last_ranked: tuple[int | None, list[str]] = (None, [])
         """The last round's number and ranked job ids (``roundhouse jobs`` says where queued jobs stand)."""
         self.rounds_run = 0
+        self.cues_taken = 0
+        """Rounds the loop has begun (a cue taken), whether or not they placed anything: a round with
+        nothing to do counts here, not in ``rounds_run``."""
+        self.in_round = False
         self.plans_stale = 0
         self.plans_timed_out = 0
         self.plans_resynced = 0
@@ -101,6 +105,8 @@ class RoundCycle:
             cue = await term.timer.next_cue()
             if r.term is not term:
                 return
+            self.cues_taken += 1
+            self.in_round = True
             try:
                 await self.run_round(cue.trigger, fill_only=cue.fill_only)
             except (DeposedError, StaleWriteError) as exc:
@@ -110,6 +116,8 @@ class RoundCycle:
                 raise
             except Exception:
                 log.exception("round failed")
+            finally:
+                self.in_round = False
 
     # --- the snapshot ------------------------------------------------------------------------
     def _run_start(self, job_id: str) -> tuple[float, float]:

@@ -109,6 +109,12 @@ class RoundTimer:
         """Wait for the next round; returns what triggered it (see ``next_cue`` for fill rounds)."""
         return (await self.next_cue()).trigger
 
+    @property
+    def pending(self) -> bool:
+        """Whether a round has been asked for (churn, a node change, a manual request) and not
+        begun yet; the timer's own ticks are not counted."""
+        return self._kick.is_set()
+
     async def next_cue(self) -> RoundCue:
         """Wait for the next round; returns what triggered it and whether it only fills free GPUs."""
         timer = bool(self.triggers & Trigger.TIMER)

@@ -35,6 +35,7 @@ from schemas.jobs import JobSuspended
 from schemas.nodes import NodeHeartbeat
 from schemas.rounds import PlacementPlan
 from schemas.subjects import JOB_SUSPENDED, NODE_HEARTBEAT, PLACEMENT_PLAN, QUERY_ADMISSION, QUERY_JOBS
+from services.core.protocols import Trigger
 from services.runtime.consumer import ConsumerHandler, ConsumerOptions, DurableConsumer
 from services.runtime.kv import KVWatcher
 from services.runtime.store import LeaseRecord
@@ -162,7 +163,10 @@ class Leadership:
         term.watchers.append(await metrics.watch(">", self.facts.on_metrics))
         term.spawn(self.cycle.round_loop(term), "rounds")
         term.spawn(self.nodes.sweep_loop(term), "sweep")
-        term.timer.soon()
+        if not self.cycle.policy.triggers & Trigger.TIMER:
+            # A round at once; a timed policy's first tick is now anyway (``RoundTimer``), and a
+            # manual kick beside it made two back-to-back rounds at every term's start.
+            term.timer.soon()
         log.info("leading", extra={"epoch": epoch, "jobs": len(r.book.jobs), "nodes": len(r.inventory)})
 
     async def on_deposed(self, epoch: int) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from services.core.state import JobStatus
 from services.runtime.broker import Broker
 from tests.integration.test_scheduler import cluster, running_jobs, spec, wait_for
 
@@ -33,9 +34,18 @@ async def test_without_fill_rounds_the_job_waits_for_the_policys_round(
         await c.start_workers({"n0": 2})
         s = await c.start_scheduler(policy="las", round_s=300.0, fill_between_rounds=False)
         await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader with a node")
+        # The term's first rounds (its first tick, the node's registration) are over and none is
+        # asked for before the job arrives, so any round that starts the job is one its arrival caused.
+        cycle, term = s.cycle, s._term
+        assert term is not None
+        await wait_for(lambda: cycle.cues_taken >= 1 and not cycle.in_round and not term.timer.pending,
+                       what="the term's first rounds over")  # fmt: skip
+        taken = cycle.cues_taken
         await c.submit("trial", spec("trial"))
-        await wait_for(lambda: s.book.entry("trial") is not None, what="trial accepted")
-        await asyncio.sleep(1.5)
+        await wait_for(lambda: (e := s.book.entry("trial")) is not None and e.state.status is JobStatus.QUEUED,
+                       what="trial accepted")  # fmt: skip
+        await asyncio.sleep(1.0)  # longer than churn debounce + a round: time for a wrong one to begin
+        assert cycle.cues_taken == taken  # the arrival started no round (LAS reacts to its timer only)
         assert "trial" not in running_jobs(s)
         s.request_round()
         await wait_for(lambda: "trial" in running_jobs(s), what="trial running after a full round")
