@@ -50,8 +50,10 @@ import nats.js.errors
 from nats.aio.msg import Msg
 
 from schemas.base import Event
+from schemas.control import AdmissionQuery, AdmissionReply
 from schemas.job import JobSpec
 from schemas.jobs import JobArrived
+from schemas.subjects import QUERY_ADMISSION
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus, BusOptions
 
@@ -166,7 +168,14 @@ async def measure(
     policy: str = "las",
 ) -> dict[str, Any]:
     namespace = f"s{uuid.uuid4().hex[:8]}"
-    bus = await Bus.connect(url, name="bench-submitter", options=BusOptions(namespace=namespace))
+    bus = await Bus.connect(url, name="bench-submitter", options=BusOptions(namespace=namespace), provision=True)
+    if not with_scheduler:
+        # Admission starts from the scheduler's store (query.admission); without a scheduler, this
+        # process answers for an empty one, as a scheduler with a fresh store would.
+        async def empty_store(_: AdmissionQuery) -> AdmissionReply:
+            return AdmissionReply(epoch=1)
+
+        await bus.serve(QUERY_ADMISSION, AdmissionQuery, empty_store)
     named = {"admission": await start_child("services.admission", url, namespace, "--policy", "accept-all")}
     if with_scheduler:
         # The scheduler's arrival-triggered rounds wait for placement's plan, so run it too.
