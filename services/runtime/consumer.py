@@ -41,7 +41,7 @@ import nats.js.errors
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 
 from schemas.base import Event
 from schemas.codec import MalformedMessageError, decode
@@ -65,8 +65,11 @@ class ConsumerOptions:
     batch: int = 256
     """Messages fetched per pull; handled one by one, in order."""
     fetch_timeout_s: float = 1.0
-    ack_wait_s: float = 30.0
-    """Redeliver a message whose handler has not finished (and acked) within this time."""
+    ack_wait_s: float = 10.0
+    """Redeliver a message whose handler has not finished (and acked) within this time: also how long
+    what an instance fetched and never acked (it died, or was paused) waits before another gets it.
+    Below the time ``max_deliver`` retries of a fact that waits for another take (about 22 s), so a
+    fact whose prerequisite a dead instance held is not given up before it comes back."""
     max_deliver: int = 8
     """Deliveries before a failing message is dead-lettered."""
     retry_backoff_s: float = 0.2
@@ -119,9 +122,6 @@ class Puller:
         self._sub: Subscription | None = None
         self._request = 0
         """Number of the last request sent (the last token of its reply subject)."""
-        self.drained_at = float("-inf")
-        """Monotonic time of the last request that found nothing stored for this consumer while
-        nothing delivered was unhandled: every message stored before it had been handled."""
         self._open = False
         self._left = 0
         """Messages the open request may still deliver."""
@@ -209,10 +209,8 @@ class Puller:
             if self.is_open and self._ended is not None:
                 await self._wait(self._ended)
             elif send:
-                sent_at = time.monotonic()
                 await self._pull(no_wait=True)
                 if not self.buffer and self._error is None:
-                    self.drained_at = sent_at
                     await self._pull(no_wait=False)
             if self._error is not None:
                 error, self._error = self._error, None
@@ -254,6 +252,12 @@ class DurableConsumer(Generic[E]):
         self.stats = ConsumerStats()
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._msg: Msg | None = None
+        """The message whose handler runs now."""
+        self._taken_at = 0.0
+        """When the batch holding it was fetched (monotonic)."""
+        self._info: tuple[float, ConsumerInfo] | None = None
+        """The server's view of this consumer, and when it was asked (``handled_before``)."""
 
     async def start(self) -> None:
         config = ConsumerConfig(
@@ -317,6 +321,7 @@ class DurableConsumer(Generic[E]):
                 continue
             backoff = 0.05
             if msgs:
+                self._taken_at = time.monotonic()
                 await self._handle_batch(msgs)
 
     async def _handle_batch(self, msgs: list[Msg]) -> None:
@@ -363,6 +368,7 @@ class DurableConsumer(Generic[E]):
                     log.exception("consumer %s: on_malformed hook failed", self.durable)
             await self._dead_letter(msg, f"malformed: {exc}")
             raise _Settled from None
+        self._msg = msg
         try:
             return await self.handler(event)  # type: ignore[arg-type]  # decode checked the model
         except Unapplicable as exc:
@@ -404,10 +410,44 @@ class DurableConsumer(Generic[E]):
             # makes that harmless.
             log.warning("consumer %s: ack failed: %r", self.durable, exc)
 
-    def drained_since(self, t: float) -> bool:
-        """Whether, since monotonic time ``t``, this consumer found nothing left to deliver: every
-        message stored before then has been handled (unless one was nak'ed for a retry)."""
-        return self._puller.drained_at >= t
+    def current(self) -> tuple[int, float]:
+        """The stream sequence of the message whose handler runs now, and when its batch was fetched
+        (monotonic); call from the handler."""
+        if self._msg is None:
+            raise RuntimeError(f"consumer {self.durable}: no message is being handled")
+        return int(self._msg.metadata.sequence.stream), self._taken_at
+
+    async def handled_before(self, seq: int, *, since: float) -> bool:
+        """Whether every message of this consumer stored before stream sequence ``seq`` has been
+        handled (acked or dead-lettered), by this instance or by any before it; False when that
+        cannot be told now. ``since``: a monotonic time after message ``seq`` was stored.
+
+        From the server's view, not from this instance's pulls: a message delivered to an instance
+        that died or was paused holding it is neither stored-undelivered nor handled; it comes back
+        only after ``ack_wait``. So the ack floor must have reached ``seq - 1``, or nothing may be
+        left to deliver before ``seq`` with nothing delivered unacked. The view is asked once per
+        fetched batch of the caller (``since``) at most, so a flood of such checks costs little."""
+        info = await self._consumer_info(since)
+        if info is None:
+            return False
+        floor = (info.ack_floor.stream_seq if info.ack_floor is not None else 0) or 0
+        if floor >= seq - 1:
+            return True
+        delivered = (info.delivered.stream_seq if info.delivered is not None else 0) or 0
+        undelivered_before = bool(info.num_pending) and delivered < seq - 1
+        return not undelivered_before and not info.num_ack_pending
+
+    async def _consumer_info(self, since: float) -> ConsumerInfo | None:
+        if self._info is not None and self._info[0] >= since:
+            return self._info[1]
+        asked = time.monotonic()
+        try:
+            info = await self._sub.consumer_info()
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+            log.info("consumer %s: no consumer info now: %r", self.durable, exc)
+            return None
+        self._info = (asked, info)
+        return info
 
     async def pending(self) -> int:
         """Messages not yet delivered plus delivered but unacked (from the server's view)."""

@@ -55,9 +55,6 @@ from services.scheduler.replica import CONSUMERS, Replica
 log = logging.getLogger("roundhouse.scheduler")
 
 
-_UNKNOWN_KEPT = 10_000
-"""Facts about unknown jobs remembered at once (the oldest is forgotten first: it then waits for the
-arrivals' consumer to drain once more before it is dead-lettered)."""
 
 class JobFacts:
     """The handlers of the job subjects' durable consumers, plus two fast readers (module doc)."""
@@ -66,8 +63,6 @@ class JobFacts:
         self.replica = replica
         self.execution = execution
         self._arriving: dict[str, asyncio.Future[None]] = {}
-        self._unknown_since: dict[str, float] = {}
-        """Facts about unknown jobs (by event id): when each was first seen (``_never_arrived``)."""
         """job.arrived commits queued but not landed yet, by job id."""
 
     def consumers(self) -> dict[str, tuple[type[Any], ConsumerHandler[Any]]]:
@@ -103,31 +98,32 @@ class JobFacts:
                 pending.add_done_callback(lambda _: self._arriving.pop(job_id, None))
             return pending
 
-    async def _unknown_job(self, event: JobAccepted | JobCancel, what: str) -> None:
+    async def _unknown_job(self, event: JobAccepted | JobCancel, subject: str) -> None:
         """Returns if the job is in the store (it finished: nothing to do); raises otherwise."""
-        self._may_still_arrive(event, what)  # cheap, no I/O: most retries end here
+        await self._may_still_arrive(event, subject)
         assert self.replica.store is not None
         if await self.replica.store.get_job(event.job_id) is not None:
             return
-        self._unknown_since.pop(str(event.event_id), None)
-        raise Unapplicable(f"{what} for job {event.job_id!r}, which never arrived")
+        raise Unapplicable(f"{subject} for job {event.job_id!r}, which never arrived")
 
-    def _may_still_arrive(self, event: JobAccepted | JobCancel, what: str) -> None:
-        """A fact about a job the book and the store do not know. Its job.arrived may still be on its
-        way (the arrivals' consumer runs on its own, and may trail after a restart): it is retried
-        (``JobNotArrivedError``, a short back-off) until the arrivals' consumer has found nothing
-        left to deliver since this fact was first seen; then the job never arrived, and the fact is
-        dead-lettered with the reason at once (``Unapplicable``) instead of holding an ack-pending
-        slot through every retry (a flood of them delayed every acceptance by 40 s)."""
-        now = self.replica.clock.monotonic()
-        key = str(event.event_id)
-        first = self._unknown_since.setdefault(key, now)
-        if len(self._unknown_since) > _UNKNOWN_KEPT:
-            self._unknown_since.pop(next(iter(self._unknown_since)))
+    async def _may_still_arrive(self, event: JobAccepted | JobCancel, subject: str) -> None:
+        """A fact about a job the book and the store do not know: retried (``JobNotArrivedError``, a
+        short back-off) while its job.arrived may still be on its way, and returns once it cannot.
+
+        The job's arrival, if any, was stored before this fact (admission answers what it read; a
+        user cancels what it submitted), so it can no longer come once the arrivals' consumer has
+        handled every message stored before this one, as the server counts it: a batch fetched by a
+        leader that was killed or paused holding it is not handled, and comes back to this one only
+        after the consumer's ``ack_wait``. Then the fact is dead-lettered with the reason at once
+        (``Unapplicable``) instead of holding an ack-pending slot through every retry."""
         term = self.replica.term
         arrivals = term.consumer_for.get(JOB_ARRIVED) if term is not None else None
-        if arrivals is None or not arrivals.drained_since(first):
-            raise JobNotArrivedError(f"{what} for job {event.job_id!r} before its job.arrived was applied")
+        own = term.consumer_for.get(subject) if term is not None else None
+        if arrivals is None or own is None:
+            raise JobNotArrivedError(f"{subject} for job {event.job_id!r}: no consumer of arrivals to ask")
+        seq, fetched_at = own.current()
+        if not await arrivals.handled_before(seq, since=fetched_at):
+            raise JobNotArrivedError(f"{subject} for job {event.job_id!r} before its job.arrived was applied")
 
     async def on_accepted(self, event: JobAccepted) -> Awaitable[None] | None:
         r = self.replica
@@ -136,10 +132,10 @@ class JobFacts:
         if landing is not None and not landing.done():
             await asyncio.wait([landing])  # its job.arrived is committing right now
         elif r.book.entry(event.job_id) is None:
-            self._may_still_arrive(event, "job.accepted")  # without the lock: a flood costs little
+            await self._may_still_arrive(event, JOB_ACCEPTED)  # without the lock: a flood costs little
         async with r.lock:
             if r.book.entry(event.job_id) is None:
-                await self._unknown_job(event, "job.accepted")
+                await self._unknown_job(event, JOB_ACCEPTED)
                 return None  # finished (e.g. cancelled) before admission answered
             change = r.book.accepted(event.job_id, r.clock.time())
             # The round this arrival triggers must see the job: churn once the commit has landed.
@@ -162,11 +158,11 @@ class JobFacts:
         assert r.store is not None
         now = r.clock.time()
         if r.book.entry(event.job_id) is None:
-            self._may_still_arrive(event, "job.cancel")  # without the lock: a flood costs little
+            await self._may_still_arrive(event, JOB_CANCEL)  # without the lock: a flood costs little
         async with r.lock:
             entry = r.book.entry(event.job_id)
             if entry is None:
-                await self._unknown_job(event, "job.cancel")
+                await self._unknown_job(event, JOB_CANCEL)
             grace = entry.state.spec.grace_period_s if entry is not None else 0.0
             change = r.book.end(
                 event.job_id,
