@@ -7,7 +7,10 @@ trial waits until the leader has sent a command of its term, waits a random 0.5-
 falls anywhere in the leader's renewal period), kills the leading replica's process with SIGKILL and
 measures, from the kill:
 
-* ``elected``: the election key names another replica with a new epoch (read every 20 ms);
+* ``expired``: the election key is gone (its TTL ran out after the killed leader's last renewal,
+  ``renewal_age`` before the kill);
+* ``elected``: the election key names another replica with a new epoch (read every 20 ms): a
+  follower's ``create``, tried every ``leader_ttl_s / 3``, succeeded;
 * ``claimed``: the new leader's ``leading`` log line (its term claimed in the store, book loaded);
 * ``takeover``: the first command of the new term on the wire (a ``schedule.round``, ``lease.grant``
   or ``lease.revoke`` carrying the new epoch), as placement and workers see it.
@@ -39,11 +42,14 @@ from typing import Any
 
 from roundhouse.local import _ping_counts
 from services.runtime.bus import Bus
+from services.scheduler.leader import BUCKET as LEADER_BUCKET
+from services.scheduler.leader import KEY as LEADER_KEY
 from tests.chaos_cluster import (
     ChaosCluster,
     ChaosConfig,
     ChaosError,
     CommandWatch,
+    RenewalWatch,
     Submitter,
     audit,
     connect,
@@ -51,6 +57,7 @@ from tests.chaos_cluster import (
     drop_database,
     leader,
     machine_load,
+    percentile,
     running,
     short_job,
     wait_drained,
@@ -86,16 +93,32 @@ async def stable_leader(cluster: ChaosCluster, bus: Bus, watch: CommandWatch, ti
         await asyncio.sleep(0.1)
 
 
-async def elected_after(bus: Bus, epoch: int, timeout_s: float) -> float:
-    """When the election key first named a term above ``epoch`` (polled every 20 ms)."""
+async def elected_after(bus: Bus, epoch: int, timeout_s: float) -> tuple[float | None, float]:
+    """When the election key was first seen gone (None: never seen so), and when it first named a
+    term above ``epoch`` (read every 20 ms)."""
     deadline = time.monotonic() + timeout_s
+    gone: float | None = None
+    bucket = await bus.kv(LEADER_BUCKET)
     while time.monotonic() < deadline:
         with contextlib.suppress(Exception):
+            entry = await bucket.get(LEADER_KEY)
+            if entry is None and gone is None:
+                gone = time.time()
             found = await leader(bus)
             if found is not None and found[1] > epoch:
-                return time.time()
+                return gone, time.time()
         await asyncio.sleep(0.02)
     raise ChaosError(f"no leader above epoch {epoch} within {timeout_s} s")
+
+
+async def renewed_at(bus: Bus) -> float | None:
+    """When the election key was last written (the leader's last renewal), from the stream."""
+    bucket = bus.name(LEADER_BUCKET)
+    try:
+        msg = await bus.js.get_last_msg(f"KV_{bucket}", f"$KV.{bucket}.{LEADER_KEY}")
+    except Exception:  # gone already
+        return None
+    return msg.time.timestamp() if msg.time is not None else None
 
 
 def claimed_at(cluster: ChaosCluster, instance: str, after: float) -> float | None:
@@ -111,9 +134,10 @@ async def trial(cluster: ChaosCluster, bus: Bus, watch: CommandWatch, rng: rando
     await asyncio.sleep(rng.uniform(0.5, 2.5))
     async with cluster.lock:
         killed = await asyncio.to_thread(cluster.kill, instance)
+    renewed = await renewed_at(bus)  # nothing renews it any more
     elected = asyncio.create_task(elected_after(bus, epoch, timeout_s=120))
     new_epoch, first_command = await watch.first_after(epoch, timeout_s=120)
-    elected_wall = await elected
+    gone, elected_wall = await elected
     found = await leader(bus)
     new_instance = found[0] if found is not None else "?"
     await asyncio.sleep(1.0)
@@ -124,6 +148,8 @@ async def trial(cluster: ChaosCluster, bus: Bus, watch: CommandWatch, rng: rando
         "killed": instance, "epoch": epoch, "new_leader": new_instance, "new_epoch": new_epoch,
         "elected_s": round(elected_wall - killed, 3), "takeover_s": round(first_command - killed, 3),
         "claimed_s": round(claimed - killed, 3) if claimed is not None else None,
+        "renewal_age_s": round(killed - renewed, 3) if renewed is not None else None,
+        "expired_s": round(gone - killed, 3) if gone is not None else None,
     }  # fmt: skip
     log.info("trial: %s", result)
     return result
@@ -142,6 +168,8 @@ async def measure(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
             client = await connect(cluster, "failover")
             watch = CommandWatch(client.bus)
             await watch.start()
+            renewals = RenewalWatch(client.bus)
+            await renewals.start()
             stop = asyncio.Event()
             submitter = Submitter(client)
             jobs_rng = random.Random(args.seed + 1)
@@ -154,6 +182,7 @@ async def measure(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
             drained = await wait_drained(cluster.store_target, submitter.job_ids, args.drain_timeout)
             result = await audit(cluster, client.bus, submitter.job_ids)
             await watch.stop()
+            await renewals.stop()
             await client.close()
     finally:
         if db is not None:
@@ -161,6 +190,8 @@ async def measure(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
     takeovers = [t["takeover_s"] for t in trials]
     elected = [t["elected_s"] for t in trials]
     claimed = [t["claimed_s"] for t in trials if t["claimed_s"] is not None]
+    expired = [t["expired_s"] for t in trials if t["expired_s"] is not None]
+    waited = [t["elected_s"] - t["expired_s"] for t in trials if t["expired_s"] is not None]
     return {
         "trials": len(trials),
         "takeover_s_p50": round(statistics.median(takeovers), 3),
@@ -169,6 +200,11 @@ async def measure(args: argparse.Namespace, state_dir: Path) -> dict[str, Any]:
         "double_runs": len(result.double_runs),
         "elected_s_p50": round(statistics.median(elected), 3),
         "claimed_s_p50": round(statistics.median(claimed), 3) if claimed else None,
+        "expired_s_p50": round(statistics.median(expired), 3) if expired else None,
+        "create_wait_s_p50": round(statistics.median(waited), 3) if waited else None,
+        "renewal_gap_s_max": round(max(renewals.gaps(), default=float("nan")), 3),
+        "renewal_gap_s_p99": round(percentile(renewals.gaps(), 0.99), 3),
+        "renewals": len(renewals.gaps()),
         "takeover_s": takeovers, "elected_s": elected, "claimed_s": claimed,
         "jobs": result.jobs, "completed": result.completed, "stuck": len(result.stuck), "drained": drained,
         "completed_twice": len(result.completed_twice), "crashes": sum(len(p.crashes) for p in cluster.parts.values()),
@@ -205,8 +241,10 @@ def main() -> None:
             result = asyncio.run(measure(args, Path(tmp)))
     ttl = result["leader_ttl_s"] if result["leader_ttl_s"] is not None else "default"
     print(f"failover (leader TTL {ttl}): {result['trials']} leader kills; first command of the new term "
-          f"p50 {result['takeover_s_p50']:.2f} s, max {result['takeover_s_max']:.2f} s (elected p50 "
-          f"{result['elected_s_p50']:.2f} s, claimed p50 {result['claimed_s_p50']} s); {result['lost']} lost, "
+          f"p50 {result['takeover_s_p50']:.2f} s, max {result['takeover_s_max']:.2f} s (key expired p50 "
+          f"{result['expired_s_p50']} s, a follower's create {result['create_wait_s_p50']} s after that; "
+          f"claimed p50 {result['claimed_s_p50']} s; longest renewal gap {result['renewal_gap_s_max']} s); "
+          f"{result['lost']} lost, "
           f"{result['double_runs']} double runs of {result['jobs']} jobs; {result['load_after']}")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -383,6 +384,43 @@ class CommandWatch:
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+
+class RenewalWatch:
+    """Every write of the election key as it happens: the leader's renewals, and the gaps between them.
+
+    A leader renews every ``leader_ttl_s / 3``; a longer gap (a stalled event loop, a slow broker, a
+    loaded machine) eats into the TTL, and one of ``2/3`` of it loses the key. ``max_gap_s`` is what
+    a shorter TTL must leave room for.
+    """
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.writes: list[tuple[float, int]] = []
+        """(wall time, epoch) of every write seen (0: the create, before the epoch is in the value)."""
+        self._watcher: Any = None
+
+    async def start(self) -> None:
+        bucket = await self.bus.kv(LEADER_BUCKET)
+        self._watcher = await bucket.watch(LEADER_KEY, self._on_write)
+
+    async def _on_write(self, entry: Any) -> None:
+        if entry.deleted or not entry.value:
+            return
+        with contextlib.suppress(ValueError):
+            self.writes.append((time.time(), int(json.loads(entry.value).get("epoch", 0))))
+
+    def gaps(self) -> list[float]:
+        """Seconds between consecutive renewals of one term."""
+        out: list[float] = []
+        for (t0, e0), (t1, e1) in itertools.pairwise(self.writes):
+            if e0 == e1 and e0 != 0:
+                out.append(t1 - t0)
+        return out
+
+    async def stop(self) -> None:
+        if self._watcher is not None:
+            await self._watcher.stop()
 
 
 async def until(predicate: Callable[[], Awaitable[bool]], what: str, timeout_s: float, every_s: float = 0.1) -> None:
