@@ -173,8 +173,7 @@ class LocalCluster:
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Block until every service and worker answers ``$SRV.PING`` (or raise with the logs)."""
         assert self.endpoint is not None
-        workers = 1 if self.config.real_gpus else self.config.workers
-        want = {**dict.fromkeys(SERVICE_ORDER, 1), "worker": workers}
+        want = self.wanted_answers()
         deadline = time.monotonic() + timeout_s
         while True:
             self.check()
@@ -184,6 +183,11 @@ class LocalCluster:
             if time.monotonic() > deadline:
                 raise LocalClusterError(f"not ready after {timeout_s:.0f} s: answering {found}, want {want}")
             time.sleep(0.2)
+
+    def wanted_answers(self) -> dict[str, int]:
+        """How many instances of each kind must answer ``$SRV.PING`` before the cluster is ready."""
+        workers = 1 if self.config.real_gpus else self.config.workers
+        return {**dict.fromkeys(SERVICE_ORDER, 1), "worker": workers}
 
     def check(self) -> None:
         """Raise if a child has exited (with its log tail)."""

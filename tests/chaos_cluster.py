@@ -43,7 +43,7 @@ from nats.aio.msg import Msg
 
 from roundhouse.client import Client
 from roundhouse.endpoint import Endpoint
-from roundhouse.local import SERVICE_ORDER, Child, LocalCluster, LocalClusterConfig, LocalClusterError, _ping_counts
+from roundhouse.local import SERVICE_ORDER, Child, LocalCluster, LocalClusterConfig
 from schemas.base import Event
 from schemas.job import JobSpec
 from schemas.jobs import JobCompleted, JobFailed, JobStarted, JobSuspended
@@ -179,18 +179,11 @@ class ChaosCluster(LocalCluster):
         return self.parts[instance]
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
-        """Every service replica and agent answers ``$SRV.PING`` (scheduler: all replicas)."""
-        assert self.endpoint is not None
-        want = {**dict.fromkeys(SERVICE_ORDER, 1), "scheduler": self.chaos.schedulers, "worker": self.chaos.workers}
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self.check()
-            found = asyncio.run(_ping_counts(self.endpoint, want))
-            if all(found.get(kind, 0) >= count for kind, count in want.items()):
-                return
-            if time.monotonic() > deadline:
-                raise LocalClusterError(f"not ready after {timeout_s:.0f} s: answering {found}, want {want}")
-            time.sleep(0.2)
+        super().wait_ready(timeout_s)
+
+    def wanted_answers(self) -> dict[str, int]:
+        """Every service replica and agent (scheduler: all replicas)."""
+        return {**dict.fromkeys(SERVICE_ORDER, 1), "scheduler": self.chaos.schedulers, "worker": self.chaos.workers}
 
     def check(self) -> None:
         """Record and restart every part that exited without being told to (a crash)."""
