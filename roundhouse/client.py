@@ -11,6 +11,8 @@ verdict on ``job.accepted`` / ``job.held`` / ``job.rejected``.
 from __future__ import annotations
 
 import asyncio
+import getpass
+import os
 import uuid
 from dataclasses import dataclass
 
@@ -20,6 +22,7 @@ from nats.errors import NoServersError
 from schemas.control import JobsQuery, JobsReply
 from schemas.job import JobSpec
 from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobHeld, JobRejected
+from schemas.subjects import JOB_ARRIVED, JOB_CANCEL, QUERY_JOBS
 from services.runtime.bus import Bus, BusOptions, NoResponderError
 
 __all__ = ["CONNECT_ATTEMPTS", "Client", "NoVerdictError", "Verdict"]
@@ -48,9 +51,22 @@ def new_job_id(spec: JobSpec) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
+def default_identity() -> str:
+    """Who this process acts as without credentials: ``$ROUNDHOUSE_USER``, else the login name.
+
+    Without credentials nothing vouches for it; with them (``--creds``) the broker does, and the
+    credentials' identity is used instead."""
+    return os.environ.get("ROUNDHOUSE_USER") or getpass.getuser()
+
+
 class Client:
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, *, identity: str | None = None, authenticated: bool = False) -> None:
         self.bus = bus
+        self.identity = identity or default_identity()
+        """The user (or operator) this client acts as: the last token of its submissions, cancels
+        and queries (``job.arrived.<identity>``)."""
+        self.authenticated = authenticated
+        """True when the broker vouches for :attr:`identity` (credentials were given)."""
 
     @classmethod
     async def connect(
@@ -84,9 +100,10 @@ class Client:
     ) -> Verdict:
         """Publish the job; with ``wait``, return admission's verdict (raise NoVerdictError on time-out)."""
         job_id = job_id or new_job_id(spec)
+        spec = self._owned(spec)
         verdicts = await self._watch_verdicts({job_id}) if wait else None
         try:
-            await self.bus.publish("job.arrived", JobArrived(job_id=job_id, spec=spec))
+            await self.bus.publish(JOB_ARRIVED, JobArrived(job_id=job_id, spec=spec))
             if verdicts is None:
                 return Verdict(job_id, "submitted")
             queue = verdicts[0]
@@ -100,6 +117,16 @@ class Client:
             if verdicts is not None:
                 for sub in verdicts[1]:
                     await sub.unsubscribe()
+
+    def _owned(self, spec: JobSpec) -> JobSpec:
+        """``spec`` submitted as this client's identity: the user is who the broker authenticated."""
+        if "user" not in spec.model_fields_set:
+            return spec.model_copy(update={"user": self.identity})
+        if self.authenticated and spec.user != self.identity:
+            raise PermissionError(
+                f"permission denied: you are authenticated as {self.identity}; you cannot submit as {spec.user}"
+            )
+        return spec
 
     async def _watch_verdicts(self, job_ids: set[str]) -> tuple[asyncio.Queue[Verdict], list[Subscription]]:
         # Subscribing before publishing means no verdict can slip past (lifecycle events published
@@ -132,22 +159,22 @@ class Client:
         Only the leader serves ``query.jobs``, so during an election (a scheduler starting, as just
         after ``roundhouse up``, or taking over) nothing does for a moment: the query is asked again
         until ``timeout_s`` has passed, then ``NoResponderError`` says that no scheduler leads."""
+        query = (query or JobsQuery(requester=self.identity)).model_copy(update={"requester": self.identity})
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         while True:
             left = deadline - loop.time()
             try:
-                return await self.bus.request("query.jobs", query or JobsQuery(), JobsReply, timeout_s=max(left, 0.1))
+                return await self.bus.request(QUERY_JOBS, query, JobsReply, timeout_s=max(left, 0.1))
             except NoResponderError:
                 if loop.time() + _LEADER_POLL_S >= deadline:
                     raise
             await asyncio.sleep(_LEADER_POLL_S)
 
-    async def cancel(self, job_id: str, *, reason: str | None = None, user: str | None = None) -> None:
-        fields: dict[str, object] = {"job_id": job_id}
+    async def cancel(self, job_id: str, *, reason: str | None = None) -> None:
+        """Ask the scheduler to stop ``job_id``, as this client's identity (the job's owner or an operator)."""
+        fields: dict[str, object] = {"job_id": job_id, "user": self.identity}
         if reason:
             fields["reason"] = reason
-        if user:
-            fields["user"] = user
-        await self.bus.publish("job.cancel", JobCancel.model_validate(fields))
+        await self.bus.publish(JOB_CANCEL, JobCancel.model_validate(fields))
 

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from schemas.base import ENVELOPE_FIELDS, SCHEMA_VERSION, Event, WireModel
-from schemas.subjects import SUBJECTS, SubjectSpec, spec_for
+from schemas.subjects import SUBJECTS, SubjectSpec, spec_for, token_value
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -170,7 +170,7 @@ class Decoder:
             return decode_as(self.model, data, subject=subject)  # raises, naming the missing field
         if self._token_index >= 0:
             token = subject.split(".", self._token_index + 1)[self._token_index]
-            value = getattr(event, self._token_field)  # type: ignore[arg-type]  # set with the index
+            value = token_value(event, self._token_field)  # type: ignore[arg-type]  # set with the index
             if value != token:
                 raise MalformedMessageError(
                     subject,

@@ -73,8 +73,12 @@ class LeaseStopAt(Command):
 
 
 class JobsQuery(Event):
-    """Ask the scheduler for jobs: all unfinished ones by default, or the named ones."""
+    """Ask the scheduler for jobs: all unfinished ones by default, or the named ones.
 
+    ``requester`` is the asking identity (``query.jobs.<requester>``, vouched for by the broker): a
+    user sees only their own jobs, an operator everyone's."""
+
+    requester: UserName = Field(description="The asking identity: the subject's last token.")
     job_ids: list[JobId] = Field(default_factory=list, max_length=MAX_QUERY_JOBS)
     statuses: list[_Status] = Field(default_factory=list, max_length=16, description="Filter; empty: any.")
     user: UserName | None = None

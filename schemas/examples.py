@@ -221,7 +221,7 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
     ),
     JobCancel: lambda: (
         JobCancel(event_id=_eid("cancel"), ts=EXAMPLE_TS, job_id="job-0001", user="alice", reason="wrong lr"),
-        JobCancel(job_id="j"),
+        JobCancel(job_id="j", user="u"),
     ),
     JobStarted: lambda: (
         JobStarted(
@@ -302,8 +302,8 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
             message="RuntimeError: CUDA error: an illegal memory access was encountered",
             attempts=3,
         ),
-        JobFailed(job_id="j", reason=FailureReason.SIGNAL, signal=9, message="killed by the OOM killer"),
-        JobFailed(job_id="j", reason=FailureReason.NODE_LOST),
+        JobFailed(job_id="j", node_id="n", reason=FailureReason.SIGNAL, signal=9, message="killed by the OOM killer"),
+        JobFailed(job_id="j", node_id="n", reason=FailureReason.NODE_LOST),
     ),
     ScheduleRound: lambda: (
         ScheduleRound(
@@ -509,6 +509,7 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
         JobsQuery(
             event_id=_eid("jobs-query"),
             ts=EXAMPLE_TS,
+            requester="alice",
             job_ids=["job-0001", "job-0002"],
             statuses=["running", "queued"],
             user="alice",
@@ -516,7 +517,7 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
             after="job-0000",
             limit=50,
         ),
-        JobsQuery(),
+        JobsQuery(requester="u"),
     ),
     JobView: lambda: (_job_view(), JobView(job_id="j", name="n", user="u", job_class=JobClass.BE,
                                            status="queued", gpus=1, submit_time=0.0)),

@@ -80,7 +80,10 @@ class JobCancel(Event):
     """A user asked to stop a job. The scheduler revokes its lease (if any) and marks it cancelled."""
 
     job_id: JobId
-    user: UserName | None = Field(default=None, description="Who asked, for the audit log and checks.")
+    user: UserName = Field(
+        description="Who asked: the identity the broker authenticated (the subject's last token, "
+        "`job.cancel.<user>`). Only the job's owner or an operator may cancel it."
+    )
     reason: Reason | None = None
 
 
@@ -206,13 +209,13 @@ class FailureReason(enum.StrEnum):
 
 
 class JobFailed(Event):
-    """The job failed. Usually reported by the worker that ran it; the scheduler reports
-    ``node_lost`` and ``max_preemptions``, which is why the lease fields are optional here."""
+    """The job failed, as reported by the worker that ran it (``job.failed.<node_id>``). The lease
+    fields are optional for a launch that failed before the lease was set up."""
 
     job_id: JobId
     reason: FailureReason
     lease_id: LeaseId | None = None
-    node_id: NodeId | None = None
+    node_id: NodeId = Field(description="The reporting node: the subject's token, vouched for by the broker.")
     epoch: Epoch | None = None
     iteration: Iteration | None = Field(default=None, description="Last iteration known to have finished.")
     checkpoint_path: Path | None = Field(

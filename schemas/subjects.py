@@ -10,6 +10,13 @@ the scheduler until acked).
 Patterns use NATS wildcards: ``*`` is exactly one token, ``>`` one or more trailing tokens. Where a
 pattern has a ``*``, the token is an id that must equal a field of the payload (``token_field``):
 ``lease.grant.<node_id>`` carries a grant whose ``node_id`` is that node, and the codec checks it.
+
+Identity tokens: everything a worker says is on a subject ending in its node id (``job.started.<node>``,
+``node.heartbeat.<node>``), everything a user says on one ending in the user's name
+(``job.arrived.<user>``, ``job.cancel.<user>``, ``query.jobs.<user>``). The broker lets each
+authenticated identity publish only on its own token (:mod:`schemas.roles`), and the codec checks that
+the payload names the same node or user, so a fact's ``node_id`` and a request's user are vouched for
+by the broker, not chosen by the sender.
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ __all__ = [
     "spec_for",
     "spec_for_model",
     "subject_for",
+    "token_value",
 ]
 
 
@@ -100,29 +108,29 @@ class InvalidSubjectTokenError(ValueError):
     """An id that cannot be a NATS subject token (empty, too long, or with ``.``, ``*``, ``>``, spaces)."""
 
 
-JOB_ARRIVED: Final = "job.arrived"
+JOB_ARRIVED: Final = "job.arrived.*"
 JOB_ACCEPTED: Final = "job.accepted"
 JOB_HELD: Final = "job.held"
 JOB_REJECTED: Final = "job.rejected"
-JOB_CANCEL: Final = "job.cancel"
-JOB_STARTED: Final = "job.started"
-JOB_CHECKPOINTED: Final = "job.checkpointed"
-JOB_SUSPENDED: Final = "job.suspended"
-JOB_COMPLETED: Final = "job.completed"
-JOB_FAILED: Final = "job.failed"
+JOB_CANCEL: Final = "job.cancel.*"
+JOB_STARTED: Final = "job.started.*"
+JOB_CHECKPOINTED: Final = "job.checkpointed.*"
+JOB_SUSPENDED: Final = "job.suspended.*"
+JOB_COMPLETED: Final = "job.completed.*"
+JOB_FAILED: Final = "job.failed.*"
 SCHEDULE_ROUND: Final = "schedule.round.*"
 """Every round, whichever placement instance it is for (subscribe here to watch rounds)."""
 ANY_PLACEMENT: Final = "any"
 """The ``to`` of a round for any placement instance (queue group ``placement``): a full snapshot."""
 PLACEMENT_PLAN: Final = "placement.plan"
-NODE_REGISTER: Final = "node.register"
-NODE_HEARTBEAT: Final = "node.heartbeat"
+NODE_REGISTER: Final = "node.register.*"
+NODE_HEARTBEAT: Final = "node.heartbeat.*"
 _LEASE_GRANT: Final = "lease.grant"
 _LEASE_REVOKE: Final = "lease.revoke"
 _METRICS_JOB: Final = "metrics.job"
 _METRICS_NODE: Final = "metrics.node"
 _LEASE_STOP: Final = "lease.stop"
-QUERY_JOBS: Final = "query.jobs"
+QUERY_JOBS: Final = "query.jobs.*"
 QUERY_ADMISSION: Final = "query.admission"
 
 SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
@@ -131,6 +139,7 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         JobArrived,
         durable=True,
         description="A job spec was submitted.",
+        token_field="spec.user",
         direction="client -> admission",
     ),
     SubjectSpec(
@@ -159,6 +168,7 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         JobCancel,
         durable=True,
         description="A user asked to stop a job.",
+        token_field="user",
         direction="client -> scheduler",
     ),
     SubjectSpec(
@@ -166,6 +176,7 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         JobStarted,
         durable=True,
         description="A worker launched a job for a lease.",
+        token_field="node_id",
         direction="worker -> all",
     ),
     SubjectSpec(
@@ -173,6 +184,7 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         JobCheckpointed,
         durable=True,
         description="A running job completed a periodic checkpoint.",
+        token_field="node_id",
         direction="worker -> scheduler",
     ),
     SubjectSpec(
@@ -180,6 +192,7 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         JobSuspended,
         durable=True,
         description="A job stopped and can resume from a checkpoint.",
+        token_field="node_id",
         direction="worker -> all",
     ),
     SubjectSpec(
@@ -187,6 +200,7 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         JobCompleted,
         durable=True,
         description="A job finished successfully.",
+        token_field="node_id",
         direction="worker -> all",
     ),
     SubjectSpec(
@@ -194,13 +208,15 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         JobFailed,
         durable=True,
         description="A job failed and will not be resumed.",
-        direction="worker, scheduler -> all",
+        token_field="node_id",
+        direction="worker -> all",
     ),
     SubjectSpec(
         NODE_REGISTER,
         NodeRegister,
         durable=True,
         description="A worker's node and GPU inventory.",
+        token_field="node_id",
         direction="worker -> scheduler, placement",
     ),
     SubjectSpec(
@@ -242,6 +258,7 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         NodeHeartbeat,
         durable=False,
         description="Liveness and the leases a node holds.",
+        token_field="node_id",
         direction="worker -> scheduler, placement",
     ),
     SubjectSpec(
@@ -275,6 +292,7 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         durable=False,
         reply_model=JobsReply,
         description="The scheduler's view of jobs; request-reply.",
+        token_field="requester",
         direction="client -> scheduler",
     ),
     SubjectSpec(
@@ -409,5 +427,13 @@ def subject_for(event: Event) -> str:
     spec = spec_for_model(type(event))
     if spec.token_field is None:
         return spec.pattern
-    token = _token(spec.token_field, str(getattr(event, spec.token_field)))
+    token = _token(spec.token_field, str(token_value(event, spec.token_field)))
     return spec.pattern.replace("*", token, 1)
+
+
+def token_value(event: WireModel, token_field: str) -> object:
+    """The payload value a subject's token must equal: ``token_field`` may be dotted (``spec.user``)."""
+    value: object = event
+    for name in token_field.split("."):
+        value = getattr(value, name)
+    return value

@@ -48,10 +48,9 @@ def format_table(jobs: list[JobView], now: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    query = JobsQuery(job_ids=args.job_ids, statuses=args.status, user=args.user,
-                      include_finished=args.all or bool(args.job_ids), limit=args.limit)
-
     async def ask(client: Client) -> JobsReply:
+        query = JobsQuery(requester=client.identity, job_ids=args.job_ids, statuses=args.status, user=args.user,
+                          include_finished=args.all or bool(args.job_ids), limit=args.limit)
         return await client.jobs(query)
 
     try:

@@ -37,7 +37,7 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 
 from schemas.base import Event, WireModel
 from schemas.codec import MalformedMessageError, decode, decode_as, decoder_for, encode
-from schemas.subjects import SubjectSpec, durable_patterns, spec_for
+from schemas.subjects import SubjectSpec, durable_patterns, spec_for, subject_for
 from services.runtime.consumer import ConsumerHandler, ConsumerOptions, DurableConsumer, MalformedHandler
 from services.runtime.kv import KVBucket
 
@@ -282,9 +282,21 @@ class Bus:
             await self.provision()
 
     # --- publish ----------------------------------------------------------------------------
+    @staticmethod
+    def _concrete(subject: str, spec: SubjectSpec, event: Event) -> str:
+        # Publishing on a pattern (``job.started.*``) means "on this event's own subject": the token
+        # comes from the payload, so a caller cannot put one node's fact on another node's subject.
+        if subject == spec.pattern and spec.token_field is not None:
+            return subject_for(event)
+        return subject
+
     async def publish(self, subject: str, event: Event) -> None:
-        """Publish ``event`` on ``subject``; durable subjects wait for JetStream's ack."""
+        """Publish ``event`` on ``subject``; durable subjects wait for JetStream's ack.
+
+        ``subject`` may be a pattern with an identity token (``job.started.*``): the token is then
+        filled from the payload (:func:`~schemas.subjects.subject_for`)."""
         spec = self._check_model(subject, type(event))
+        subject = self._concrete(subject, spec, event)
         data = encode(event)
         if spec.durable:
             await self._publish_durable(subject, data, str(event.event_id))
@@ -345,26 +357,33 @@ class Bus:
         spec = self._check_model(subject, type(events[0])) if events else None
         if spec is None:
             return
+        # Each event on its own subject: a pattern's token comes from each payload (one batch of
+        # submissions or facts may name several users or nodes).
+        subjects = [self._concrete(subject, spec, event) for event in events]
         if not spec.durable:
-            wire = self.wire(subject)
-            for event in events:
-                await self.nc.publish(wire, encode(event))
+            for concrete, event in zip(subjects, events, strict=True):
+                await self.nc.publish(self.wire(concrete), encode(event))
             self.stats.published += len(events)
             return
-        wire = self.wire(subject)
         futures = [
-            (event, await self.js.publish_async(wire, encode(event), headers={MSG_ID_HEADER: str(event.event_id)}))
-            for event in events
+            (
+                concrete,
+                event,
+                await self.js.publish_async(
+                    self.wire(concrete), encode(event), headers={MSG_ID_HEADER: str(event.event_id)}
+                ),
+            )
+            for concrete, event in zip(subjects, events, strict=True)
         ]
         # One wait for the whole batch (a wait_for per ack would wrap each future in a task), then
         # every ack that failed or is still missing is retried one by one, with the same id.
-        await asyncio.wait([future for _, future in futures], timeout=self.options.publish_timeout_s)
-        for event, future in futures:
+        await asyncio.wait([future for _, _, future in futures], timeout=self.options.publish_timeout_s)
+        for concrete, event, future in futures:
             if not future.done():
                 future.cancel()
             elif not future.cancelled() and future.exception() is None:
                 continue
-            await self._publish_durable(subject, encode(event), str(event.event_id))
+            await self._publish_durable(concrete, encode(event), str(event.event_id))
         self.stats.published += len(events)
 
     # --- subscribe ----------------------------------------------------------------------------
@@ -411,6 +430,7 @@ class Bus:
         spec = self._check_model(subject, type(event))
         if spec.reply_model is None or not issubclass(spec.reply_model, reply):
             raise WrongModelError(f"subject {subject!r} does not reply with {reply.__name__}")
+        subject = self._concrete(subject, spec, event)
         try:
             msg = await self.nc.request(self.wire(subject), encode(event), timeout=timeout_s)
         except nats.errors.NoRespondersError:
