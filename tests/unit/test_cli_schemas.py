@@ -76,7 +76,7 @@ def test_list_prints_the_subject_table(capsys: pytest.CaptureFixture[str]) -> No
     assert lines[0].split()[:3] == ["SUBJECT", "MODEL", "STORAGE"]
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert set(rows) == {s.pattern for s in SUBJECTS}
-    assert rows["job.arrived"][1:3] == ["JobArrived", "jetstream"]
+    assert rows["job.arrived.*"][1:3] == ["JobArrived", "jetstream"]
     assert rows["lease.grant.*"][1:4] == ["LeaseGrant", "core", "LeaseAck"]
 
 
@@ -90,7 +90,10 @@ def test_example_payload_decodes_on_its_subject(capsys: pytest.CaptureFixture[st
     payload = json.loads(out)
     subject = spec.pattern
     if spec.token_field is not None:
-        subject = subject.replace("*", payload[spec.token_field])
+        value = payload
+        for name in spec.token_field.split("."):  # a nested field: job.arrived.<spec.user>
+            value = value[name]
+        subject = subject.replace("*", value)
     # What a non-Python publisher would copy from the docs is accepted as-is.
     decoded = codec.decode(subject, out.encode())
     assert type(decoded) is spec_for(subject).model

@@ -42,12 +42,12 @@ def test_decode_returns_the_subjects_model() -> None:
 def test_decode_names_subject_field_and_rule() -> None:
     data = _payload(JobArrived, spec={**example(JobArrived).spec.model_dump(mode="json"), "gpus": 0})
     with pytest.raises(MalformedMessageError) as caught:
-        decode("job.arrived", data)
+        decode("job.arrived.alice", data)
     message = str(caught.value)
-    assert "'job.arrived'" in message
+    assert "'job.arrived.alice'" in message
     assert "JobArrived" in message
     assert "spec.gpus: greater_than_equal (Input should be greater than or equal to 1)" in message
-    assert caught.value.subject == "job.arrived"
+    assert caught.value.subject == "job.arrived.alice"
     assert caught.value.model == "JobArrived"
     assert [(e.field, e.rule) for e in caught.value.errors] == [("spec.gpus", "greater_than_equal")]
     assert isinstance(caught.value, ValueError)
@@ -82,7 +82,7 @@ def test_many_errors_are_summarised() -> None:
 def test_newer_schema_version_is_refused_clearly() -> None:
     data = _payload(JobArrived, schema_version=SCHEMA_VERSION + 1, some_new_field=True)
     with pytest.raises(UnsupportedSchemaVersionError) as caught:
-        decode("job.arrived", data)
+        decode("job.arrived.alice", data)
     message = str(caught.value)
     assert f"version {SCHEMA_VERSION + 1} is newer than the {SCHEMA_VERSION} this process supports" in message
     assert "schema_version: unsupported_schema_version" in message
@@ -93,7 +93,7 @@ def test_newer_schema_version_is_refused_clearly() -> None:
 def test_older_or_garbage_version_is_plain_malformed() -> None:
     for version in (0, "1", True, None):
         with pytest.raises(MalformedMessageError) as caught:
-            decode("job.arrived", _payload(JobArrived, schema_version=version))
+            decode("job.arrived.alice", _payload(JobArrived, schema_version=version))
         assert not isinstance(caught.value, UnsupportedSchemaVersionError)
         assert "schema_version" in str(caught.value)
 
@@ -119,14 +119,14 @@ def test_unknown_subject_is_a_lookup_error() -> None:
 def test_oversized_message_is_refused_before_parsing() -> None:
     data = b" " * (codec.MAX_MESSAGE_BYTES + 1)
     with pytest.raises(MalformedMessageError, match="message_too_large"):
-        decode("job.arrived", data)
+        decode("job.arrived.alice", data)
 
 
 def test_decode_reply() -> None:
     ack = example(LeaseAck)
     assert decode_reply("lease.grant.node-01", encode(ack)) == ack
     with pytest.raises(MalformedMessageError, match="no_reply_expected"):
-        decode_reply("job.arrived", encode(ack))
+        decode_reply("job.arrived.alice", encode(ack))
     with pytest.raises(MalformedMessageError, match="error_required"):
         decode_reply("lease.revoke.n", encode(ack).replace(b'"error":"stale_epoch"', b'"error":null'))
 
@@ -137,11 +137,11 @@ ENVELOPE = b'"event_id": "0b7d3c52-8f0e-4d1e-a2a5-2f3c4d5e6f70", "ts": 170000000
 def test_decode_accepts_messages_of_other_publishers() -> None:
     """A non-Python publisher may order keys differently, omit defaults and send ints for floats."""
     data = (
-        b'{"spec": {"command": ["python", "t.py"], "name": "x", "cpus": 2}, "job_id": "j1", '
+        b'{"spec": {"command": ["python", "t.py"], "name": "x", "cpus": 2, "user": "alice"}, "job_id": "j1", '
         + ENVELOPE
         + b"}"
     )
-    event = decode("job.arrived", data)
+    event = decode("job.arrived.alice", data)
     assert isinstance(event, JobArrived)
     assert event.spec.cpus == 2.0
     assert event.ts == 1_700_000_000.0
@@ -154,6 +154,6 @@ def test_decode_requires_the_envelope(dropped: str) -> None:
     data = json.loads(b'{"job_id": "j1", "spec": {"command": ["p"], "name": "x"}, ' + ENVELOPE + b"}")
     del data[dropped]
     with pytest.raises(MalformedMessageError) as caught:
-        decode("job.arrived", json.dumps(data).encode())
+        decode("job.arrived.alice", json.dumps(data).encode())
     assert [(e.field, e.rule) for e in caught.value.errors] == [(dropped, "missing")]
     assert f"{dropped}: missing" in str(caught.value)

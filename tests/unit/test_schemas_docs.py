@@ -19,7 +19,7 @@ def _table_rows() -> dict[str, list[str]]:
     for line in section.splitlines():
         cells = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
         if line.startswith("| `") and len(cells) == 5:
-            rows[re.sub(r"<[a-z_]+>", "*", cells[0])] = cells[1:]
+            rows[re.sub(r"<[a-z_.]+>", "*", cells[0])] = cells[1:]
     return rows
 
 

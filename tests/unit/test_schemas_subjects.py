@@ -8,7 +8,7 @@ from schemas import subjects
 from schemas.base import Event
 from schemas.control import AdmissionReply, JobsReply
 from schemas.examples import example
-from schemas.jobs import JobArrived, JobCancel, JobCheckpointed, JobFailed
+from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobCheckpointed, JobFailed
 from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke
 from schemas.metrics import JobMetrics, NodeMetrics
 from schemas.nodes import NodeHeartbeat, NodeRegister
@@ -25,16 +25,18 @@ from schemas.subjects import (
 
 DESIGN_SUBJECTS = {
     # DESIGN.md, "Events and subjects": every row of the table has an entry.
-    "job.arrived", "job.accepted", "job.held", "job.rejected", "job.cancel",
-    "placement.plan", "lease.grant.*", "lease.revoke.*", "job.started", "job.suspended", "job.completed",
-    "job.failed", "node.register", "node.heartbeat", "metrics.job.*", "metrics.node.*",
+    # Issue 13: what a user or a worker says ends in its identity (user name, node id), which the
+    # broker vouches for; verdicts, rounds and plans come from one service role each.
+    "job.arrived.*", "job.accepted", "job.held", "job.rejected", "job.cancel.*",
+    "placement.plan", "lease.grant.*", "lease.revoke.*", "job.started.*", "job.suspended.*", "job.completed.*",
+    "job.failed.*", "node.register.*", "node.heartbeat.*", "metrics.job.*", "metrics.node.*",
 }  # fmt: skip
 
 
 CONTROL_SUBJECTS = {
     # Beyond DESIGN.md's table: two-phase stop propagation and job queries (schemas/control.py),
     # periodic checkpoints of a running job (schemas/jobs.py).
-    "lease.stop.*", "query.jobs", "job.checkpointed",
+    "lease.stop.*", "query.jobs.*", "job.checkpointed.*",
     # What admission starts from (issue 12: the store is the source of truth for recovery).
     "query.admission",
     # DESIGN.md's schedule.round, per placement instance: schedule.round.<instance> carries a delta
@@ -55,14 +57,15 @@ def test_each_model_has_one_subject() -> None:
 @pytest.mark.parametrize(
     ("subject", "model"),
     [
-        pytest.param("job.arrived", JobArrived, id="exact"),
-        pytest.param("job.cancel", JobCancel, id="exact-intent"),
-        pytest.param("job.failed", JobFailed, id="exact-fact"),
-        pytest.param("job.checkpointed", JobCheckpointed, id="exact-checkpoint-fact"),
+        pytest.param("job.arrived.alice", JobArrived, id="submission-of-a-user"),
+        pytest.param("job.cancel.alice", JobCancel, id="intent-of-a-user"),
+        pytest.param("job.failed.node-01", JobFailed, id="fact-of-a-node"),
+        pytest.param("job.checkpointed.node-01", JobCheckpointed, id="checkpoint-fact-of-a-node"),
+        pytest.param("job.accepted", JobAccepted, id="exact"),
         pytest.param("schedule.round.any", ScheduleRound, id="round"),
         pytest.param("placement.plan", PlacementPlan, id="plan"),
-        pytest.param("node.register", NodeRegister, id="register"),
-        pytest.param("node.heartbeat", NodeHeartbeat, id="heartbeat"),
+        pytest.param("node.register.n1", NodeRegister, id="register"),
+        pytest.param("node.heartbeat.n1", NodeHeartbeat, id="heartbeat"),
         pytest.param("lease.grant.node-01", LeaseGrant, id="grant-token"),
         pytest.param("lease.revoke.gpu_box_7", LeaseRevoke, id="revoke-token"),
         pytest.param("metrics.job.0f3a9c", JobMetrics, id="job-metrics-token"),
@@ -80,7 +83,8 @@ def test_spec_for_matches(subject: str, model: type) -> None:
     [
         pytest.param("job.unknown", id="unknown-leaf"),
         pytest.param("job", id="prefix-only"),
-        pytest.param("job.arrived.extra", id="extra-token"),
+        pytest.param("job.arrived.alice.extra", id="extra-token"),
+        pytest.param("job.arrived", id="missing-identity"),
         pytest.param("lease.grant", id="missing-token"),
         pytest.param("lease.grant.a.b", id="two-tokens-for-star"),
         pytest.param("lease.grant.", id="empty-token"),
@@ -109,14 +113,17 @@ def test_gt_wildcard_matches_one_or_more_tokens() -> None:
 def test_durable_patterns_are_the_lifecycle_subjects() -> None:
     durable = durable_patterns()
     assert set(durable) == {
-        "job.arrived", "job.accepted", "job.held", "job.rejected", "job.cancel",
-        "job.started", "job.checkpointed", "job.suspended", "job.completed", "job.failed", "node.register",
+        "job.arrived.*", "job.accepted", "job.held", "job.rejected", "job.cancel.*",
+        "job.started.*", "job.checkpointed.*", "job.suspended.*", "job.completed.*", "job.failed.*",
+        "node.register.*",
     }  # fmt: skip
     # Heartbeats, metrics, leases (request-reply) and rounds stay on core NATS.
-    for core in ("node.heartbeat", "metrics.job.x", "metrics.node.x", "lease.grant.x", "schedule.round.any"):
+    for core in ("node.heartbeat.n", "metrics.job.x", "metrics.node.x", "lease.grant.x", "schedule.round.any"):
         assert not spec_for(core).durable
-    # A JetStream stream's subjects must not overlap; plain tokens never do.
-    assert all("*" not in p and ">" not in p for p in durable)
+    # A JetStream stream's subjects must not overlap: at most one trailing '*', distinct prefixes.
+    assert all(">" not in p and "*" not in p.removesuffix(".*") for p in durable)
+    prefixes = [p.removesuffix(".*") for p in durable]
+    assert len(prefixes) == len(set(prefixes))
 
 
 def test_request_reply_subjects() -> None:
@@ -125,7 +132,7 @@ def test_request_reply_subjects() -> None:
         "lease.grant.*": LeaseAck,
         "lease.revoke.*": LeaseAck,
         "lease.stop.*": LeaseAck,
-        "query.jobs": JobsReply,
+        "query.jobs.*": JobsReply,
         "query.admission": AdmissionReply,
     }
 
@@ -133,7 +140,12 @@ def test_request_reply_subjects() -> None:
 def test_every_wildcard_names_its_token_field() -> None:
     for spec in SUBJECTS:
         if "*" in spec.pattern:
-            assert spec.token_field in spec.model.model_fields, spec.pattern
+            assert spec.token_field is not None, spec.pattern
+            head, _, rest = spec.token_field.partition(".")
+            assert head in spec.model.model_fields, spec.pattern
+            if rest:  # a nested field: job.arrived.<spec.user>
+                annotation = spec.model.model_fields[head].annotation
+                assert annotation is not None and rest in annotation.model_fields, spec.pattern
         else:
             assert spec.token_field is None, spec.pattern
         assert spec.description
@@ -144,10 +156,10 @@ def test_helpers_build_concrete_subjects() -> None:
     assert subjects.lease_grant("node-01") == "lease.grant.node-01"
     assert subjects.lease_revoke("node-01") == "lease.revoke.node-01"
     assert subjects.lease_stop("node-02") == "lease.stop.node-02"
-    assert subjects.QUERY_JOBS == "query.jobs"
+    assert subjects.QUERY_JOBS == "query.jobs.*"
     assert subjects.job_metrics("job_7") == "metrics.job.job_7"
     assert subjects.node_metrics("n1") == "metrics.node.n1"
-    assert subjects.JOB_ARRIVED == "job.arrived"
+    assert subjects.JOB_ARRIVED == "job.arrived.*"
     for built in (subjects.lease_grant("a"), subjects.job_metrics("b")):
         spec_for(built)  # every helper's output resolves
 
@@ -175,7 +187,11 @@ def test_helpers_reject_invalid_tokens(bad: str) -> None:
 @pytest.mark.parametrize(
     ("event", "subject"),
     [
-        pytest.param(example(JobArrived), "job.arrived", id="plain"),
+        pytest.param(example(JobArrived), "job.arrived.alice", id="submission-ends-in-its-user"),
+        pytest.param(example(JobAccepted), "job.accepted", id="plain"),
+        pytest.param(example(JobCancel), "job.cancel.alice", id="cancel-ends-in-who-asked"),
+        pytest.param(example(JobFailed), "job.failed.node-02", id="fact-ends-in-its-node"),
+        pytest.param(example(NodeHeartbeat), "node.heartbeat.node-01", id="heartbeat-ends-in-its-node"),
         pytest.param(example(LeaseGrant), "lease.grant.node-02", id="grant-to-its-node"),
         pytest.param(example(LeaseRevoke), "lease.revoke.node-01", id="revoke-to-coordinator"),
         pytest.param(example(JobMetrics), "metrics.job.job-0001", id="job-metrics"),
