@@ -97,9 +97,9 @@ async def run(samples: int, use_torch: bool) -> dict[str, Any]:
         async def on_suspended(event: JobSuspended) -> None:
             suspended[event.lease_id] = (time.perf_counter(), event)
 
-        await bus.subscribe("node.register", NodeRegister, on_register)
-        await bus.subscribe("job.started", JobStarted, on_started)
-        await bus.subscribe("job.suspended", JobSuspended, on_suspended)
+        await bus.subscribe("node.register.*", NodeRegister, on_register)
+        await bus.subscribe("job.started.*", JobStarted, on_started)
+        await bus.subscribe("job.suspended.*", JobSuspended, on_suspended)
         work_dir = root / "worker"
         worker = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "services.worker", "--nats", broker.url, "--namespace", namespace,

@@ -45,7 +45,7 @@ async def _sample_starts(nats: str, namespace: str, samples: int, round_s: float
 
     latencies: list[float] = []
     async with await Client.connect(nats, namespace=namespace, name="start-latency") as client:
-        await client.bus.subscribe("job.started", JobStarted, on_started)
+        await client.bus.subscribe("job.started.*", JobStarted, on_started)
         await client.bus.nc.flush()
         for i in range(samples):
             await asyncio.sleep(rng.uniform(0.0, round_s))  # a random phase of the round

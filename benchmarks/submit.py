@@ -72,7 +72,7 @@ async def publish(bus: Bus, events: list[Event], chunk: int) -> float:
     """Publish in pipelined chunks; returns the seconds until the last chunk was acked."""
     start = time.perf_counter()
     for i in range(0, len(events), chunk):
-        await bus.publish_many("job.arrived", events[i : i + chunk])
+        await bus.publish_many("job.arrived.*", events[i : i + chunk])
     return time.perf_counter() - start
 
 

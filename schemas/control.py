@@ -78,7 +78,10 @@ class JobsQuery(Event):
     ``requester`` is the asking identity (``query.jobs.<requester>``, vouched for by the broker): a
     user sees only their own jobs, an operator everyone's."""
 
-    requester: UserName = Field(description="The asking identity: the subject's last token.")
+    requester: UserName = Field(
+        default="default",
+        description="The asking identity: the subject's last token (JobSpec's default user without authentication).",
+    )
     job_ids: list[JobId] = Field(default_factory=list, max_length=MAX_QUERY_JOBS)
     statuses: list[_Status] = Field(default_factory=list, max_length=16, description="Filter; empty: any.")
     user: UserName | None = None

@@ -81,8 +81,10 @@ class JobCancel(Event):
 
     job_id: JobId
     user: UserName = Field(
+        default="default",
         description="Who asked: the identity the broker authenticated (the subject's last token, "
-        "`job.cancel.<user>`). Only the job's owner or an operator may cancel it."
+        "`job.cancel.<user>`). Only the job's owner or an operator may cancel it. The default is "
+        "JobSpec's default user, for clusters run without authentication.",
     )
     reason: Reason | None = None
 

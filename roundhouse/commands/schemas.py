@@ -3,7 +3,7 @@
 Without options it prints one JSON document::
 
     {"schema_version": 1,
-     "subjects": {"job.arrived": {"model": "JobArrived", "durable": true, ...}, ...},
+     "subjects": {"job.arrived.*": {"model": "JobArrived", "durable": true, ...}, ...},
      "models":   {"JobArrived": {<JSON Schema, draft 2020-12>}, ...}}
 
 ``--list`` prints the subject table, ``--model NAME`` one model's schema (NAME may also be a subject,

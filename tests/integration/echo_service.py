@@ -29,7 +29,7 @@ class EchoService(RoundhouseService):
 
     async def start(self, bus: Bus) -> None:
         self.consumer = await bus.consume(
-            "job.arrived", JobArrived, self.handle, durable="echo", options=ConsumerOptions(fetch_timeout_s=0.2)
+            "job.arrived.*", JobArrived, self.handle, durable="echo", options=ConsumerOptions(fetch_timeout_s=0.2)
         )
 
     async def handle(self, event: JobArrived) -> None:

@@ -139,8 +139,8 @@ async def test_accept_all_accepts_every_arrival_and_ignores_a_duplicate(
     bus: Bus, verdicts: Verdicts, accept_all: AdmissionService
 ) -> None:
     for job_id in ("a", "b"):
-        await bus.publish("job.arrived", arrived(job_id))
-    await bus.publish("job.arrived", arrived("a"))  # a retried submit: same job id, new event id
+        await bus.publish("job.arrived.*", arrived(job_id))
+    await bus.publish("job.arrived.*", arrived("a"))  # a retried submit: same job id, new event id
     await eventually(lambda: accept_all.counts["duplicates"] == 1 and len(verdicts.seen) == 2)
     assert [(k, j) for k, j, _ in verdicts.seen] == [("accepted", "a"), ("accepted", "b")]
     event = verdicts.event("accepted", "a")
@@ -155,8 +155,8 @@ async def test_a_malformed_spec_gets_a_clear_rejection_and_nothing_else_is_distu
     good["spec"]["gpus"] = 0
     anonymous = b'{"spec": "not even a job"}'
     for raw in (json.dumps(good).encode(), anonymous):
-        await bus.js.publish(bus.wire("job.arrived"), raw, headers={"Nats-Msg-Id": uuid.uuid4().hex})
-    await bus.publish("job.arrived", arrived("good-1"))
+        await bus.js.publish(bus.wire("job.arrived.default"), raw, headers={"Nats-Msg-Id": uuid.uuid4().hex})
+    await bus.publish("job.arrived.*", arrived("good-1"))
     await eventually(lambda: len(verdicts.seen) == 2)
     assert [(k, j) for k, j, _ in verdicts.seen] == [("rejected", "bad-1"), ("accepted", "good-1")]
     rejection = verdicts.event("rejected", "bad-1")
@@ -171,7 +171,7 @@ async def test_a_malformed_spec_gets_a_clear_rejection_and_nothing_else_is_distu
     assert dead.state.subjects == {bus.wire(f"deadletter.{namespace}_admission"): 2}
     assert await accept_all._consumer.pending() == 0
     # The user fixes the spec and resubmits under the same id: it is judged like any other job.
-    await bus.publish("job.arrived", arrived("bad-1"))
+    await bus.publish("job.arrived.*", arrived("bad-1"))
     await eventually(lambda: verdicts.of("bad-1") == ["rejected", "accepted"])
 
 
@@ -184,7 +184,7 @@ async def test_load_threshold_holds_jobs_and_releases_them_in_order_as_capacity_
     try:
         assert service.inventory.total_gpus == 4
         for job_id, gpus in (("j1", 4), ("j2", 2), ("j3", 1), ("j4", 1)):
-            await bus.publish("job.arrived", arrived(job_id, gpus))
+            await bus.publish("job.arrived.*", arrived(job_id, gpus))
         await eventually(lambda: len(verdicts.seen) == 4)
         # Demand is checked before adding a job (Blox): j2 enters at demand 4 <= 4, j3 finds 6 > 4.
         assert [(k, j) for k, j, _ in verdicts.seen] == [
@@ -194,7 +194,7 @@ async def test_load_threshold_holds_jobs_and_releases_them_in_order_as_capacity_
         assert isinstance(held, JobHeld)
         assert held.policy == "load-threshold"
         assert "6 GPUs" in held.reason
-        await bus.publish("job.completed", completed("j1"))
+        await bus.publish("job.completed.*", completed("j1"))
         await eventually(lambda: len(verdicts.seen) == 6)
         assert [(k, j) for k, j, _ in verdicts.seen[4:]] == [("accepted", "j3"), ("accepted", "j4")]
         assert service.stats()["released"] == 2
@@ -217,20 +217,20 @@ async def test_starts_from_the_schedulers_store_after_a_restart(
     settings = config(broker, namespace, policy="load-threshold", policy_options={"factor": 1.0})
     try:
         await eventually(lambda: scheduler.is_leader, what="a leading scheduler")
-        await bus.publish("node.register", fake_node("node-a", 2, gpu_name="Fake", memory_mib=1024))
+        await bus.publish("node.register.*", fake_node("node-a", 2, gpu_name="Fake", memory_mib=1024))
         # Answered once the scheduler applied every fact up to the stream's end: the registration too.
         first = await started(AdmissionService(settings), bus)
         assert first.inventory.total_gpus == 2
         for job_id in ("j1", "j2", "j3", "j4", "j6"):
-            await bus.publish("job.arrived", arrived(job_id, 1))
+            await bus.publish("job.arrived.*", arrived(job_id, 1))
         await eventually(lambda: len(verdicts.seen) == 5)
         await first.stop()
         assert [(k, j) for k, j, _ in verdicts.seen] == [
             ("accepted", "j1"), ("accepted", "j2"), ("accepted", "j3"), ("held", "j4"), ("held", "j6"),
         ]  # fmt: skip
 
-        await bus.publish("job.cancel", JobCancel(job_id="j1"))  # while admission is down
-        await bus.publish("job.arrived", arrived("j5", 1))
+        await bus.publish("job.cancel.*", JobCancel(job_id="j1"))  # while admission is down
+        await bus.publish("job.arrived.*", arrived("j5", 1))
         await eventually(lambda: scheduler.book.entry("j5") is not None and scheduler.book.entry("j1") is None,
                          what="the scheduler has j5 and no longer j1")  # fmt: skip
         second = await started(AdmissionService(settings), bus)
@@ -270,8 +270,8 @@ async def test_start_reads_from_the_streams_end_not_from_sequence_1(
     events: list[tuple[str, Event]] = []
     for i in range(old):
         job_id = f"old-{i}"
-        events.append(("job.arrived", arrived(job_id)))
-        events.append(("job.completed", completed(job_id)))
+        events.append(("job.arrived.*", arrived(job_id)))
+        events.append(("job.completed.*", completed(job_id)))
     for subject, event in events:
         await bus.publish(subject, event)
     last = (await bus.js.stream_info(bus.stream_name)).state.last_seq
@@ -288,8 +288,8 @@ async def test_start_reads_from_the_streams_end_not_from_sequence_1(
         consumer = await bus.js.consumer_info(bus.stream_name, bus.name("admission"))
         assert consumer.config.opt_start_seq == last + 1
         assert consumer.num_pending == 0
-        await bus.publish("job.arrived", arrived("new"))
-        await bus.publish("job.completed", completed("new"))
+        await bus.publish("job.arrived.*", arrived("new"))
+        await bus.publish("job.completed.*", completed("new"))
         await eventually(lambda: verdicts.of("new") == ["accepted"])
         await eventually(lambda: service._follower is not None and service._follower.stats.handled == 1)
         assert service._follower.stats.last_seq > last
@@ -316,7 +316,7 @@ async def test_waits_for_a_leading_scheduler_and_stops_while_waiting(
         assert not service.ready.is_set()
         # Submitted while no scheduler leads; the scheduler that comes stored it (held, no verdict).
         early = arrived("early")
-        await bus.publish("job.arrived", early)
+        await bus.publish("job.arrived.*", early)
         held = AdmissionJob(job_id="early", spec=early.spec, status="held", submit_time=early.ts, seq=1)
         await StoreStub(jobs=[held]).start(bus)
         await asyncio.wait_for(service.ready.wait(), 5)
@@ -339,8 +339,8 @@ async def test_runs_as_a_child_process_and_stops_on_sigterm(
         # Started (from the stub's empty store) once its durable consumer exists: arrivals stored
         # before that would be the store's to hold, and the stub stores nothing.
         await consumer_exists(bus, "admission", timeout_s=30)
-        await bus.publish("job.arrived", arrived("small", 1))
-        await bus.publish("job.arrived", arrived("huge", 8))
+        await bus.publish("job.arrived.*", arrived("small", 1))
+        await bus.publish("job.arrived.*", arrived("huge", 8))
         await eventually(lambda: len(verdicts.seen) == 2, timeout_s=30)
         assert verdicts.of("small") == ["accepted"]
         assert verdicts.of("huge") == ["rejected"]
@@ -420,14 +420,14 @@ async def test_applied_through_waits_until_every_fact_up_to_the_sequence_is_acke
         await release.wait()
         handled.append(event.job_id)
 
-    await bus.publish("job.arrived", arrived("other"))  # another subject: not this consumer's
+    await bus.publish("job.arrived.*", arrived("other"))  # another subject: not this consumer's
     assert await applied_through(bus, 1, subjects=[JOB_CANCEL]) is False  # no consumer yet: not known
     consumer = await bus.consume(JOB_CANCEL, JobCancel, handler, durable=CONSUMERS[JOB_CANCEL],
                                  options=ConsumerOptions(fetch_timeout_s=0.2))  # fmt: skip
     try:
         seq = (await bus.js.stream_info(bus.stream_name)).state.last_seq
         assert await applied_through(bus, seq, subjects=[JOB_CANCEL])  # nothing of its own up to seq
-        await bus.publish("job.cancel", JobCancel(job_id="c1"))
+        await bus.publish("job.cancel.*", JobCancel(job_id="c1"))
         stored = (await bus.js.stream_info(bus.stream_name)).state.last_seq
         await asyncio.sleep(0.3)  # delivered, held by the handler
         assert not await applied_through(bus, stored, subjects=[JOB_CANCEL])
@@ -441,7 +441,7 @@ async def test_applied_through_waits_until_every_fact_up_to_the_sequence_is_acke
                 break
             await asyncio.sleep(0.05)
         assert await applied_through(bus, stored, subjects=[JOB_CANCEL])
-        await bus.publish("job.arrived", arrived("later"))  # later facts of other subjects change nothing
+        await bus.publish("job.arrived.*", arrived("later"))  # later facts of other subjects change nothing
         assert await applied_through(bus, stored + 1, subjects=[JOB_CANCEL])
     finally:
         await consumer.stop()

@@ -141,16 +141,16 @@ async def test_a_failing_handler_does_not_stop_the_subscription(bus: Bus) -> Non
 
 async def test_retried_publish_is_stored_once(bus: Bus) -> None:
     event = arrived(1)
-    await bus.publish("job.arrived", event)
-    await bus.publish("job.arrived", event)  # e.g. a retry after a lost ack: same event_id
-    await bus.publish("job.arrived", arrived(2))
+    await bus.publish("job.arrived.*", event)
+    await bus.publish("job.arrived.*", event)  # e.g. a retry after a lost ack: same event_id
+    await bus.publish("job.arrived.*", arrived(2))
     assert await stream_messages(bus) == 2
 
 
 async def test_publish_many_pipelines_and_dedups(bus: Bus) -> None:
     events = [arrived(i) for i in range(200)]
-    await bus.publish_many("job.arrived", events)
-    await bus.publish_many("job.arrived", events[:50])
+    await bus.publish_many("job.arrived.*", events)
+    await bus.publish_many("job.arrived.*", events[:50])
     assert await stream_messages(bus) == 200
 
 
@@ -178,8 +178,8 @@ async def test_event_survives_a_consumer_crash_and_is_processed_exactly_once(
     first = await Bus.connect(broker.url, name="crashing", options=options)
     events = [arrived(i) for i in range(5)]
     for event in events:
-        await first.publish("job.arrived", event)
-    await first.consume("job.arrived", JobArrived, crashing, durable="admission",
+        await first.publish("job.arrived.*", event)
+    await first.consume("job.arrived.*", JobArrived, crashing, durable="admission",
                         options=ConsumerOptions(ack_wait_s=1.0, fetch_timeout_s=0.2, stop_timeout_s=0.1))
     await eventually(lambda: bool(crashed_on))
     await first.nc.close()  # a crash: no drain, no ack
@@ -188,7 +188,7 @@ async def test_event_survives_a_consumer_crash_and_is_processed_exactly_once(
 
     second = await Bus.connect(broker.url, name="restarted", options=options)
     try:
-        consumer = await second.consume("job.arrived", JobArrived, idempotent, durable="admission",
+        consumer = await second.consume("job.arrived.*", JobArrived, idempotent, durable="admission",
                                         options=fast)
         await eventually(lambda: len(effects) == len(events))
         await eventually_async(consumer.pending, 0)  # everything acked, nothing left to deliver
@@ -219,10 +219,10 @@ async def test_malformed_lifecycle_message_is_dead_lettered_and_the_consumer_goe
     async def on_malformed(data: bytes, exc: Exception) -> None:
         told.append((data, str(exc)))
 
-    consumer = await bus.consume("job.arrived", JobArrived, handler, durable="admission",
+    consumer = await bus.consume("job.arrived.*", JobArrived, handler, durable="admission",
                                  options=ConsumerOptions(fetch_timeout_s=0.2), on_malformed=on_malformed)
-    await bus.js.publish(bus.wire("job.arrived"), b'{"job_id": "x y", "spec": {}}')
-    await bus.publish("job.arrived", arrived(7))
+    await bus.js.publish(bus.wire("job.arrived.default"), b'{"job_id": "x y", "spec": {}}')
+    await bus.publish("job.arrived.*", arrived(7))
     await eventually(lambda: handled == ["job-7"])
     await eventually(lambda: consumer.stats.dead_lettered == 1)
     dead = await bus.js.get_last_msg(bus.stream_name, bus.wire("deadletter.*"))
@@ -241,10 +241,10 @@ async def test_a_failing_handler_is_retried_then_dead_lettered(bus: Bus) -> None
         raise RuntimeError("database down")
 
     consumer = await bus.consume(
-        "job.arrived", JobArrived, handler, durable="sched",
+        "job.arrived.*", JobArrived, handler, durable="sched",
         options=ConsumerOptions(max_deliver=3, retry_backoff_s=0.01, fetch_timeout_s=0.2),
     )  # fmt: skip
-    await bus.publish("job.arrived", arrived(1))
+    await bus.publish("job.arrived.*", arrived(1))
     await eventually(lambda: consumer.stats.dead_lettered == 1)
     assert len(attempts) == 3
 
@@ -286,7 +286,7 @@ async def test_broker_restart_mid_stream_loses_no_event_and_resumes_watchers(tmp
         watched.append(entry)
 
     try:
-        await consumer_bus.consume("job.arrived", JobArrived, handler, durable="admission",
+        await consumer_bus.consume("job.arrived.*", JobArrived, handler, durable="admission",
                                    options=ConsumerOptions(fetch_timeout_s=0.2, ack_wait_s=2.0))
         kv = await consumer_bus.kv("nodes")
         watcher = await kv.watch(">", on_change)
@@ -295,10 +295,10 @@ async def test_broker_restart_mid_stream_loses_no_event_and_resumes_watchers(tmp
 
         total = 60
         for i in range(total // 2):
-            await publisher.publish("job.arrived", arrived(i))
+            await publisher.publish("job.arrived.*", arrived(i))
         await asyncio.to_thread(broker.restart)
         for i in range(total // 2, total):
-            await publisher.publish("job.arrived", arrived(i))  # retries until the broker is back
+            await publisher.publish("job.arrived.*", arrived(i))  # retries until the broker is back
 
         await eventually(lambda: len(handled) == total, timeout_s=20)
         writer = await publisher.kv("nodes")
@@ -330,9 +330,9 @@ async def test_pipelined_commits_are_acked_in_order_after_they_resolve(bus: Bus)
         return commit_for(event.job_id)
 
     for i in range(6):
-        await bus.publish("job.arrived", arrived(i))
+        await bus.publish("job.arrived.*", arrived(i))
     consumer = await bus.consume(
-        "job.arrived", JobArrived, handler, durable="piped",
+        "job.arrived.*", JobArrived, handler, durable="piped",
         options=ConsumerOptions(fetch_timeout_s=0.2, max_deliver=1),
     )  # fmt: skip
     await eventually(lambda: len(handled) == 6)  # all handlers ran before any commit landed
@@ -354,9 +354,9 @@ async def test_consumer_takes_a_backlog_in_full_batches_then_follows_new_message
     async def handler(event: JobArrived) -> None:
         handled.append(event.job_id)
 
-    await bus.publish_many("job.arrived", [arrived(i) for i in range(25)])
+    await bus.publish_many("job.arrived.*", [arrived(i) for i in range(25)])
     consumer = await bus.consume(
-        "job.arrived", JobArrived, handler, durable="batches", options=ConsumerOptions(batch=10, fetch_timeout_s=2.0)
+        "job.arrived.*", JobArrived, handler, durable="batches", options=ConsumerOptions(batch=10, fetch_timeout_s=2.0)
     )
     original = consumer._handle_batch
 
@@ -370,7 +370,7 @@ async def test_consumer_takes_a_backlog_in_full_batches_then_follows_new_message
     assert all(size == 10 for size in batches[: len(batches) - 1])
     await asyncio.sleep(0.1)  # caught up: a lingering request is open now
     began = asyncio.get_running_loop().time()
-    await bus.publish("job.arrived", arrived(99))
+    await bus.publish("job.arrived.*", arrived(99))
     await eventually(lambda: len(handled) == 26)
     # Up to one lingering request's expiry (2 s) for a batch that does not fill, as with fetch.
     assert asyncio.get_running_loop().time() - began < 2.6

@@ -36,7 +36,7 @@ async def test_service_answers_the_nats_services_api(broker: Broker, bus: Bus, n
     stop = asyncio.Event()
     task = asyncio.create_task(run_service(service, stop=stop))
     try:
-        await bus.publish("job.arrived", arrived("job-1"))
+        await bus.publish("job.arrived.*", arrived("job-1"))
         await eventually(lambda: service.handled == 1)
         ping = json.loads((await bus.nc.request("$SRV.PING.roundhouse-echo", b"", timeout=2)).data)
         assert ping["name"] == "roundhouse-echo"
@@ -65,7 +65,7 @@ async def test_sigterm_finishes_the_message_in_hand_acks_it_and_exits_cleanly(
     )  # fmt: skip
     try:
         await _wait_for_consumer(bus, f"{namespace}_echo")
-        await bus.publish("job.arrived", arrived("job-7"))
+        await bus.publish("job.arrived.*", arrived("job-7"))
         await eventually(lambda: "start job-7" in out.read_text())
         child.send_signal(signal.SIGTERM)  # mid-handler
         _, raw_stderr = await asyncio.wait_for(child.communicate(), 15)
