@@ -33,14 +33,24 @@ RECENT_LEASES = 4096
 
 
 class EpochFence:
-    """The highest fencing epoch accepted; commands from an older epoch (a deposed leader) are refused."""
+    """The highest fencing epoch accepted; commands from an older epoch (a deposed leader) are refused.
+
+    Checking a command and remembering its epoch are two steps on purpose: the fence moves only once
+    the command is accepted (a grant taken, a revoke of a lease held). Were it moved on arrival, one
+    refused command with a huge epoch (an unknown lease, a busy GPU) would fence out the real leader
+    for good, since nothing ever lowers the fence (issue 13, attack 9).
+    """
 
     def __init__(self, seen: int = 0) -> None:
         self.seen = seen
 
-    def admit(self, epoch: int) -> bool:
-        """True (and remember ``epoch``) unless it is older than one already accepted."""
-        if epoch < self.seen:
+    def allows(self, epoch: int) -> bool:
+        """Whether a command of ``epoch`` may proceed (it is not older than one already accepted)."""
+        return epoch >= self.seen
+
+    def advance(self, epoch: int) -> bool:
+        """Remember the epoch of an accepted command; True when the fence moved."""
+        if epoch <= self.seen:
             return False
         self.seen = epoch
         return True

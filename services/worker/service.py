@@ -19,7 +19,6 @@ import os
 import signal
 import time
 import uuid
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +57,14 @@ from services.runtime.service import RoundhouseService
 from services.runtime.version import __version__
 from services.worker import two_phase
 from services.worker.channel import ClientStatus, LeaseSignal
+from services.worker.checkpoints import confine, confine_resume
 from services.worker.config import WorkerConfig
 from services.worker.emulator import Emulator
 from services.worker.inventory import Inventory, discover, host_resources
 from services.worker.launcher import LaunchError, LeasePaths, RankProcess, launch, plan_ranks, stderr_tail
 from services.worker.leases import Lease, LeaseTable
 from services.worker.outbox import Outbox
+from services.worker.peers import PeerBook, PeerClaim, judge_peer_fact
 from services.worker.records import LeaseRecord
 from services.worker.recovery import recover
 from services.worker.watchdog import WatchdogPool, keepalive_period
@@ -72,7 +73,6 @@ __all__ = ["WorkerService"]
 
 log = logging.getLogger("roundhouse.worker")
 
-_PEER_MEMORY = 4096
 _EXIT_MARGIN_S = 5.0
 """After a reported stop, processes get the rest of the grace period plus this to exit on their own."""
 
@@ -99,8 +99,9 @@ class WorkerService(RoundhouseService):
         self.emulator = Emulator(cfg) if cfg.emulate else None
         self.watchdogs = WatchdogPool(self.work_dir, lease_ttl_s=cfg.lease_ttl_s, heartbeat_s=cfg.heartbeat_s,
                                       kill_after_s=cfg.kill_after_s)  # fmt: skip
-        self.peers: OrderedDict[str, set[str]] = OrderedDict()
-        """lease id -> other nodes that reported ``job.started`` for it (the coordinator's fan-out list)."""
+        self.peers = PeerBook()
+        """The other nodes of each multi-node lease (the coordinator's fan-out list; whose
+        ``job.failed`` counts)."""
         self.last_contact = time.monotonic()
         self.cut_off = False
         self.draining = False
@@ -262,19 +263,20 @@ class WorkerService(RoundhouseService):
         except (OSError, ValueError):
             return 0
 
-    def _admit_epoch(self, epoch: int) -> bool:
-        before = self.table.fence.seen
-        if not self.table.fence.admit(epoch):
-            self.counters["stale_epoch"] += 1
-            return False
-        if epoch > before:
-            # A restarted agent must still refuse a deposed leader: remember the highest epoch on disk.
-            with contextlib.suppress(OSError):
-                self._epoch_file.parent.mkdir(parents=True, exist_ok=True)
-                tmp = self._epoch_file.with_suffix(".tmp")
-                tmp.write_text(str(epoch))
-                os.replace(tmp, self._epoch_file)
-        return True
+    def _accept_epoch(self, epoch: int) -> None:
+        """Move the fence to the epoch of a command this agent has just accepted, and persist it.
+
+        Called only after acceptance: a refused command (unknown lease, busy GPU, draining, another
+        job's lease) must change nothing, or one forged command with a huge epoch would fence out the
+        real leader on this node forever (issue 13, attack 9)."""
+        if not self.table.fence.advance(epoch):
+            return
+        # A restarted agent must still refuse a deposed leader: remember the highest epoch on disk.
+        with contextlib.suppress(OSError):
+            self._epoch_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._epoch_file.with_suffix(".tmp")
+            tmp.write_text(str(epoch))
+            os.replace(tmp, self._epoch_file)
 
     # --- acks ---------------------------------------------------------------------------------------
     def _ack(self, lease_id: str, *, duplicate: bool = False, message: str = "") -> LeaseAck:
@@ -290,10 +292,13 @@ class WorkerService(RoundhouseService):
                         epoch_seen=self.table.fence.seen, message=message, leases_held=len(self.table))
 
     def _fence(self, lease_id: str, node_id: str, epoch: int) -> LeaseAck | None:
-        """The refusal for a command to another node or from an older epoch; None when it may proceed."""
+        """The refusal for a command to another node or from an older epoch; None when it may proceed.
+
+        Only a check: the fence moves once the command is accepted (:meth:`_accept_epoch`)."""
         if node_id != self.node_id:
             return self._refuse(lease_id, LeaseAckError.WRONG_NODE, f"this is node {self.node_id}, not {node_id}")
-        if not self._admit_epoch(epoch):
+        if not self.table.fence.allows(epoch):
+            self.counters["stale_epoch"] += 1
             return self._refuse(lease_id, LeaseAckError.STALE_EPOCH,
                                 f"epoch {epoch} is older than {self.table.fence.seen}, already accepted")
         return None
@@ -313,9 +318,33 @@ class WorkerService(RoundhouseService):
             return self._refuse(grant.lease_id, error, f"GPUs {grant.gpus} not all in {sorted(self.table.gpus)}")
         if error is not None:
             return self._refuse(grant.lease_id, error, f"a running lease holds one of GPUs {grant.gpus}")
+        grant, dropped = self._confine_resume(grant)
         lease = self.table.add(grant)
+        self._accept_epoch(grant.epoch)
+        for why in self.peers.adopt(grant):
+            log.info("lease %s: a job.started that came before the grant is ignored: %s", grant.lease_id, why)
         self._spawn(self._run_lease(lease, waits), f"lease-{grant.lease_id}")
-        return self._ack(grant.lease_id, message="waiting for a stopping lease" if waits else "")
+        notes = [f"starting from scratch: {dropped}"[:1000] if dropped else "",
+                 "waiting for a stopping lease" if waits else ""]  # fmt: skip
+        return self._ack(grant.lease_id, message="; ".join(n for n in notes if n))
+
+    def _confine_resume(self, grant: LeaseGrant) -> tuple[LeaseGrant, str | None]:
+        """``grant`` with a ``resume_from`` the job may load (:func:`~services.worker.checkpoints.confine_resume`)."""
+        if self.emulator is not None:
+            return grant, None  # an emulated run loads nothing; its "checkpoints" are emulated:// names
+        confined, dropped = confine_resume(grant, self.checkpoint_root / grant.job_id)
+        if dropped is not None:
+            log.warning("lease %s of job %s: %s; the job starts from scratch", grant.lease_id, grant.job_id, dropped)
+        return confined, dropped
+
+    def _own_checkpoint(self, lease: Lease) -> str | None:
+        """``<checkpoint dir>/checkpoint.pt`` of the lease, the path the agent reports for rank 0's
+        checkpoint: inside the job's directory by construction (a job id is one path token), checked
+        all the same, since the scheduler hands it back to a job to load."""
+        if lease.checkpoint_dir is None:
+            return None
+        path = confine(lease.checkpoint_dir / CHECKPOINT_NAME, self.checkpoint_root / lease.job_id)
+        return str(path) if path is not None else None
 
     async def _run_lease(self, lease: Lease, waits: list[Lease]) -> None:
         grant = lease.grant
@@ -330,7 +359,7 @@ class WorkerService(RoundhouseService):
         if lease.stopping:
             # Revoked before it ran: nothing to stop, the resume point is unchanged.
             self._report_suspended(lease, iteration=grant.resume_iteration or 0)
-            self.table.remove(lease)
+            self._drop(lease)
             return
         if self.emulator is not None:
             await self._run_emulated(lease)
@@ -345,7 +374,7 @@ class WorkerService(RoundhouseService):
                                  node_id=self.node_id, epoch=grant.epoch, iteration=grant.resume_iteration,
                                  checkpoint_path=grant.resume_from, message=str(exc), attempts=grant.attempt))
             self.counters["failed"] += 1
-            self.table.remove(lease)
+            self._drop(lease)
             return
         lease.checkpoint_dir = paths.checkpoint_dir
         if not lease.stopping:
@@ -417,8 +446,12 @@ class WorkerService(RoundhouseService):
             if self.table.ended_recently(revoke.lease_id):
                 return self._ack(revoke.lease_id, duplicate=True, message="the lease has already ended")
             return self._refuse(revoke.lease_id, LeaseAckError.UNKNOWN_LEASE, "no such lease on this node")
+        if revoke.job_id != lease.job_id:
+            return self._refuse(revoke.lease_id, LeaseAckError.UNKNOWN_LEASE,
+                                f"lease {lease.lease_id} runs job {lease.job_id}, not {revoke.job_id}")
         if lease.stopping:
             return self._ack(revoke.lease_id, duplicate=True)
+        self._accept_epoch(revoke.epoch)
         lease.revoke_epoch = revoke.epoch
         self._begin_stop(lease, SuspendReason.PREEMPTED, revoke.grace_s, propagate=True)
         return self._ack(revoke.lease_id)
@@ -477,14 +510,13 @@ class WorkerService(RoundhouseService):
         assert lease.deadline is not None
         deadline = lease.deadline
         expected = world.num_nodes - 1
-        known = await two_phase.poll_until(lambda: len(self.peers.get(lease.lease_id, ())) >= expected, deadline)
+        known = await two_phase.poll_until(lambda: len(self._gang(lease)) >= expected, deadline)
         if not known:
             log.warning("lease %s: only %d of %d other nodes known; stop_at goes to those", lease.lease_id,
-                        len(self.peers.get(lease.lease_id, ())), expected)
+                        len(self._gang(lease)), expected)
         epoch = lease.revoke_epoch if lease.revoke_epoch is not None else lease.grant.epoch
         await asyncio.gather(*(
-            self._send_stop_at(lease, peer, stop_at, epoch, deadline)
-            for peer in sorted(self.peers.get(lease.lease_id, ()))
+            self._send_stop_at(lease, peer, stop_at, epoch, deadline) for peer in sorted(self._gang(lease))
         ))  # fmt: skip
 
     async def _send_stop_at(self, lease: Lease, peer: str, stop_at: int, epoch: int, deadline: float) -> None:
@@ -516,8 +548,13 @@ class WorkerService(RoundhouseService):
             if self.table.ended_recently(command.lease_id):
                 return self._ack(command.lease_id, duplicate=True, message="the lease has already ended")
             return self._refuse(command.lease_id, LeaseAckError.UNKNOWN_LEASE, "no such lease on this node")
+        refusal = self._stop_at_refusal(lease, command)
+        if refusal is not None:
+            return refusal
         if lease.stop_at is not None:
             return self._ack(command.lease_id, duplicate=True)
+        # The fence does not move: a stop_at is relayed by a peer agent, not sent by the scheduler,
+        # and the revoke it carries the epoch of already moved the coordinator's fence.
         lease.state = LeaseState.STOPPING
         lease.stop_reason = SuspendReason.PREEMPTED
         lease.stop_requested_at = time.monotonic()
@@ -527,6 +564,23 @@ class WorkerService(RoundhouseService):
             two_phase.release_at(lease, command.stop_at)
             self._spawn(self._finish_local_stop(lease), f"stop-{lease.lease_id}")
         return self._ack(command.lease_id)
+
+    def _stop_at_refusal(self, lease: Lease, command: LeaseStopAt) -> LeaseAck | None:
+        """Why a ``stop_at`` for a lease this node holds must be refused (None: it may be applied).
+
+        Only the coordinator of a multi-node lease sends ``stop_at``, to the lease's other nodes, for
+        the same job (issue 13, attack 6). The message does not say who sent it, so "from the
+        coordinator" is left to the broker's permissions; what the agent can check, it does."""
+        if command.job_id != lease.job_id:
+            return self._refuse(command.lease_id, LeaseAckError.UNKNOWN_LEASE,
+                                f"lease {lease.lease_id} runs job {lease.job_id}, not {command.job_id}")
+        if not lease.multi_node:
+            return self._refuse(command.lease_id, LeaseAckError.WRONG_NODE,
+                                f"lease {lease.lease_id} runs on this node alone: nobody sends it stop_at")
+        if lease.is_coordinator:
+            return self._refuse(command.lease_id, LeaseAckError.WRONG_NODE,
+                                f"this node coordinates lease {lease.lease_id}: it sends stop_at, it takes none")
+        return None
 
     async def _kill(self, lease: Lease) -> None:
         """Past the grace period: SIGTERM the processes, SIGKILL what is left ``kill_after_s`` later."""
@@ -609,16 +663,17 @@ class WorkerService(RoundhouseService):
             # the record tells the next agent about the lease.
             for rank in lease.ranks:
                 rank.channel.close()
-            self.table.remove(lease)
+            self._drop(lease)
 
     def _last_checkpoint(self, lease: Lease) -> tuple[str | None, int | None]:
         """The newest complete checkpoint: this lease's (rank 0 wrote one) or the one it resumed from."""
         grant = lease.grant
         ckpt = lease.ranks[0].channel.checkpoint_iteration if lease.ranks and lease.is_coordinator else None
         wrote = ckpt is not None and (grant.resume_iteration is None or ckpt > grant.resume_iteration)
-        if wrote and lease.checkpoint_dir is not None:
-            return str(lease.checkpoint_dir / CHECKPOINT_NAME), ckpt
-        if grant.resume_from is not None:
+        own = self._own_checkpoint(lease) if wrote else None
+        if own is not None:
+            return own, ckpt
+        if grant.resume_from is not None:  # confined on receipt (_confine_resume)
             return grant.resume_from, grant.resume_iteration
         return None, None
 
@@ -676,25 +731,44 @@ class WorkerService(RoundhouseService):
                 self._report_suspended(lease, iteration=outcome.iteration,
                                        checkpoint=(outcome.checkpoint_path, outcome.iteration))
         finally:
-            self.table.remove(lease)
+            self._drop(lease)
 
     # --- peers ---------------------------------------------------------------------------------------
+    def _drop(self, lease: Lease) -> None:
+        """The lease is over on this node: out of the table (its GPUs free), its gang forgotten."""
+        self.peers.forget(lease.lease_id)
+        self.table.remove(lease)
+
+    def _gang(self, lease: Lease) -> frozenset[str]:
+        return self.peers.members(lease.grant, self.node_id)
+
     async def _on_job_started(self, event: JobStarted) -> None:
+        """Another node started its part of a lease: it joins that lease's gang if the fact matches."""
         if event.node_id == self.node_id:
             return
-        nodes = self.peers.get(event.lease_id)
-        if nodes is None:
-            nodes = self.peers[event.lease_id] = set()
-            while len(self.peers) > _PEER_MEMORY:
-                self.peers.popitem(last=False)
-        nodes.add(event.node_id)
+        lease = self.table.get(event.lease_id)
+        claim = PeerClaim(node_id=event.node_id, lease_id=event.lease_id, job_id=event.job_id, epoch=event.epoch)
+        why = self.peers.note(claim, lease.grant if lease is not None else None, self.node_id)
+        if why is not None:
+            log.info("job.started of lease %s from node %s ignored: %s", event.lease_id, event.node_id, why)
 
     async def _on_job_failed(self, event: JobFailed) -> None:
-        """Another node's part of a lease we share failed: our ranks would hang in a collective, stop them."""
-        if event.node_id == self.node_id or event.lease_id is None:
-            return
+        """Another node's part of a lease we share failed: our ranks would hang in a collective, stop them.
+
+        Only for a fact from a known member of the lease's gang, about this node's lease, job and
+        epoch (:func:`~services.worker.peers.judge_peer_fact`): anything else is ignored, or a forged
+        ``job.failed`` would kill a healthy job without a word (issue 13, attack 6)."""
+        if event.lease_id is None or event.node_id == self.node_id:
+            return  # the scheduler's own verdicts (no lease) and this node's facts
         lease = self.table.get(event.lease_id)
-        if lease is None or lease.exited.is_set():
+        if lease is None:
+            return  # another gang's lease: none of this node's business
+        why = judge_peer_fact(lease.grant, job_id=event.job_id, epoch=event.epoch, node_id=event.node_id,
+                              self_node=self.node_id, members=self._gang(lease))  # fmt: skip
+        if why is not None:
+            log.info("job.failed of lease %s from node %s ignored: %s", event.lease_id, event.node_id, why)
+            return
+        if lease.exited.is_set():
             return
         lease.silent = True
         log.warning("lease %s failed on node %s; stopping the local ranks", lease.lease_id, event.node_id)
@@ -822,9 +896,11 @@ class WorkerService(RoundhouseService):
         floor = self._checkpoints_seen.get(lease.lease_id, grant.resume_iteration)
         if floor is not None and iteration <= floor:
             return
+        path = self._own_checkpoint(lease)
+        if path is None:
+            return
         self._checkpoints_seen[lease.lease_id] = iteration
         self.counters["checkpointed"] += 1
-        path = str(lease.checkpoint_dir / CHECKPOINT_NAME)
         if lease.record is not None:
             # On disk first: should this agent die before the fact is out, the next one reports it.
             lease.record = lease.record.with_checkpoint(path, iteration)

@@ -88,7 +88,11 @@ async def test_a_two_rank_job_over_two_workers_stops_in_step_and_resumes_exactly
 ) -> None:
     facts = await collect(bus)
     dirs = {node: tmp_path / node for node in ("node-a", "node-b")}
-    workers = [WorkerProcess(broker.url, namespace, node, path, "--fake-gpus", "1", "--heartbeat-s", "0.2")
+    # One checkpoint root for both nodes, as on a cluster (shared storage): every rank of the resumed
+    # run loads rank 0's checkpoint, and an agent hands a job only a path inside its own root.
+    shared = tmp_path / "checkpoints"
+    workers = [WorkerProcess(broker.url, namespace, node, path, "--fake-gpus", "1", "--heartbeat-s", "0.2",
+                             "--checkpoint-root", str(shared))
                for node, path in dirs.items()]  # fmt: skip
     for worker in workers:
         await worker.start(facts)
@@ -116,7 +120,7 @@ async def test_a_two_rank_job_over_two_workers_stops_in_step_and_resumes_exactly
         await wait_for(lambda: Channel.open(rank1).status != 0, 30, "rank 1 stopped")
         assert Channel.open(chan_path).iteration == suspended.iteration
         assert Channel.open(rank1).iteration == suspended.iteration
-        checkpoint = torch.load(suspended.checkpoint_path, weights_only=False)
+        checkpoint = torch.load(suspended.checkpoint_path, weights_only=True)
         assert checkpoint["iteration"] == suspended.iteration
 
         second = grants(sched, job, resume=suspended)
@@ -128,7 +132,7 @@ async def test_a_two_rank_job_over_two_workers_stops_in_step_and_resumes_exactly
         restarted = [e for e in facts.of(JobStarted, job) if e.lease_id == second[0].lease_id]
         assert {e.iteration for e in restarted} == {suspended.iteration}
 
-        final = torch.load(dirs["node-a"] / "checkpoints" / job / "checkpoint.pt", weights_only=False)
+        final = torch.load(shared / job / "checkpoint.pt", weights_only=True)
         assert final["iteration"] == ITERATIONS
         reference = reference_parameters()
         trained = {k.removeprefix("module."): v for k, v in final["model"].items()}

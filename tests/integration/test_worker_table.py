@@ -22,8 +22,24 @@ def grant(lease_id: str = "l1", gpus: tuple[int, ...] = (0,), *, epoch: int = 3,
 
 def test_the_fence_admits_equal_and_newer_epochs_only() -> None:
     fence = EpochFence()
-    assert [fence.admit(e) for e in (3, 3, 5, 4, 5, 9, 0)] == [True, True, True, False, True, True, False]
+    admitted = []
+    for e in (3, 3, 5, 4, 5, 9, 0):
+        admitted.append(fence.allows(e))
+        if admitted[-1]:
+            fence.advance(e)
+    assert admitted == [True, True, True, False, True, True, False]
     assert fence.seen == 9
+
+
+def test_checking_an_epoch_does_not_move_the_fence() -> None:
+    """Only an accepted command moves it (issue 13, attack 9): a check alone, however large, does not."""
+    fence = EpochFence(5)
+    assert fence.allows(2**53)
+    assert fence.seen == 5
+    assert fence.allows(5)
+    assert not fence.advance(4)
+    assert fence.advance(6)
+    assert fence.seen == 6
 
 
 def test_gpus_held_by_a_running_lease_are_busy_and_by_a_stopping_one_are_waited_for() -> None:
