@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from roundhouse.train._agent import AgentWatch
-from roundhouse.train._checkpoint import CHECKPOINT_NAME, Position, load_checkpoint, save_checkpoint
+from roundhouse.train._checkpoint import CHECKPOINT_NAME, Position, confine, load_checkpoint, save_checkpoint
 from roundhouse.train._env import JobEnv
 from services.worker.channel import (
     CKPT_ITER,
@@ -260,13 +260,16 @@ class Job:
     ) -> Restored | None:
         """Load the checkpoint this lease resumes from into ``model`` and ``optimizer`` (in place).
 
-        Which checkpoint: ``path`` if given; else the one the scheduler named (``ROUNDHOUSE_RESUME_FROM``);
-        else, outside a worker only, ``<checkpoint dir>/checkpoint.pt`` when it exists. Returns None
-        when there is nothing to resume (a fresh start). Sets :attr:`iteration` and :attr:`position`,
-        which :meth:`iterate` continues from, so no finished iteration repeats and none is skipped.
+        Which checkpoint: ``path`` if given; else the one the scheduler named (``ROUNDHOUSE_RESUME_FROM``),
+        which must be a file inside this job's checkpoint directory (it came over the bus: anything
+        else raises :class:`CheckpointError` rather than being loaded); else, outside a worker only,
+        ``<checkpoint dir>/checkpoint.pt`` when it exists. Returns None when there is nothing to
+        resume (a fresh start). Sets :attr:`iteration` and :attr:`position`, which :meth:`iterate`
+        continues from, so no finished iteration repeats and none is skipped. Whichever the file, it
+        is loaded without running code from it (:func:`~roundhouse.train.load_checkpoint`).
         """
-        if path is None:
-            path = self.env.resume_from
+        if path is None and self.env.resume_from is not None:
+            path = confine(self.env.resume_from, self.env.checkpoint_dir)
         if path is None and not self.under_lease and self.checkpoint_path.is_file():
             path = self.checkpoint_path
         if path is None:
