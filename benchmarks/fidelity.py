@@ -142,7 +142,9 @@ async def replay(
 ) -> EmulatedResult:
     """Submit ``trace_jobs`` at their arrivals / speedup on a round-aligned origin; wait for all."""
     assert cluster.endpoint is not None
-    client = await Client.connect(cluster.endpoint.nats, namespace=cluster.endpoint.namespace, name="fidelity")
+    client = await Client.connect(
+        cluster.endpoint.nats, namespace=cluster.endpoint.namespace, name="fidelity", creds=cluster.operator_creds
+    )
     seen: list[tuple[float, ScheduleRound]] = []
 
     async def on_round(message: ScheduleRound) -> None:

@@ -15,6 +15,7 @@ import getpass
 import os
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from nats.aio.subscription import Subscription
 from nats.errors import NoServersError
@@ -23,6 +24,7 @@ from schemas.control import JobsQuery, JobsReply
 from schemas.job import JobSpec
 from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobHeld, JobRejected
 from schemas.subjects import JOB_ARRIVED, JOB_CANCEL, QUERY_JOBS
+from services.runtime.auth.creds import Credentials
 from services.runtime.bus import Bus, BusOptions, NoResponderError
 
 __all__ = ["CONNECT_ATTEMPTS", "Client", "NoVerdictError", "Verdict"]
@@ -70,21 +72,31 @@ class Client:
 
     @classmethod
     async def connect(
-        cls, nats: str, *, namespace: str = "", name: str = "roundhouse-client", attempts: int = CONNECT_ATTEMPTS
+        cls,
+        nats: str,
+        *,
+        namespace: str = "",
+        name: str = "roundhouse-client",
+        attempts: int = CONNECT_ATTEMPTS,
+        creds: Path | Credentials | None = None,
     ) -> Client:
         """Connect to the Roundhouse at ``nats``; ``ConnectionRefusedError`` (an ``OSError``) when
         no server answers after ``attempts`` tries each. A long-lived program that should ride out a
-        broker restart passes ``attempts=-1`` (retry forever, as the services do)."""
+        broker restart passes ``attempts=-1`` (retry forever, as the services do).
+
+        With ``creds`` (a credentials file, or what one holds) the client is that identity, vouched for by the broker:
+        it submits, cancels and asks only as it (:attr:`authenticated`). A secured broker refuses a
+        client without credentials (``AuthenticationError``, a ``ConnectionError``)."""
         # A few tries, not forever: a command against a stopped cluster must say so, not hang. A
         # command never provisions the stream (the services do, with the operator's replicas).
         options = BusOptions(namespace=namespace, max_reconnect_attempts=attempts)
         servers = [url.strip() for url in nats.split(",") if url.strip()]
         try:
-            bus = await Bus.connect(servers, name=name, options=options, provision=False)
+            bus = await Bus.connect(servers, name=name, options=options, provision=False, creds=creds)
         except NoServersError:
             hint = "is Roundhouse running? `roundhouse up`"
             raise ConnectionRefusedError(f"nothing answers at {nats} ({hint})") from None
-        return cls(bus)
+        return cls(bus, identity=bus.identity, authenticated=bus.credentials is not None)
 
     async def close(self) -> None:
         await self.bus.close()

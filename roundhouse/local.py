@@ -1,7 +1,12 @@
 """A whole Roundhouse on one machine: the bundled broker, the five services, local workers.
 
 Used by ``roundhouse up`` (and the end-to-end tests). Every part is a real child process talking
-over NATS exactly as in a deployment; logs go to ``<state>/logs/<name>.log``. Stopping goes in the
+over NATS exactly as in a deployment; logs go to ``<state>/logs/<name>.log``.
+
+Secure by default: the broker authenticates every connection and enforces each role's permissions
+(``schemas.roles``). The identities (every service, one per worker node, an operator, and the user
+who ran ``up``) are generated into ``<state>/auth/`` (0700, creds files 0600), each child gets its
+own ``--creds``, and ``up.json`` names the user's creds file so commands run there find it. Stopping goes in the
 reverse order of dependence: workers first (their jobs checkpoint and report), then the services
 (they ack what they handled), then the broker.
 """
@@ -20,21 +25,30 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from roundhouse.client import default_identity
 from roundhouse.endpoint import Endpoint
+from schemas.ids import is_token
+from schemas.roles import RESERVED_NAMES, Role, inbox_prefix
+from services.runtime.auth import CREDS_ENV, AuthDirectory, Credentials, read_creds
 from services.runtime.broker import Broker
+from services.scheduler.config import SchedulerConfig
 
 log = logging.getLogger("roundhouse.up")
 
 SERVICE_ORDER = ("metrics", "placement", "admission", "scheduler")
 
 
-async def _ping_counts(endpoint: Endpoint, kinds: dict[str, int]) -> dict[str, int]:
-    """How many instances of each service kind in ``endpoint``'s namespace answer a services-API ping."""
+async def _ping_counts(endpoint: Endpoint, kinds: dict[str, int], creds: Credentials | None = None) -> dict[str, int]:
+    """How many instances of each service kind in ``endpoint``'s namespace answer a services-API ping
+    (asked as ``creds``: an operator, since no other role may ping every service)."""
     import nats
 
     counts: dict[str, int] = {}
+    auth: dict[str, str] = {}
+    if creds is not None:
+        auth = {"nkeys_seed_str": creds.seed, "inbox_prefix": inbox_prefix(creds.role, creds.identity)}
     try:
-        nc = await nats.connect(endpoint.nats, allow_reconnect=False, connect_timeout=2)
+        nc = await nats.connect(endpoint.nats, allow_reconnect=False, connect_timeout=2, **auth)
     except (OSError, nats.errors.Error):
         return counts
     try:
@@ -94,6 +108,10 @@ class LocalClusterConfig:
     log_level: str = "INFO"
     extra_args: dict[str, list[str]] = field(default_factory=dict)
     """Additional flags per service kind (e.g. {"scheduler": ["--lease-ttl-s", "5"]})."""
+    auth: bool = True
+    """Authenticate every connection and enforce roles (False: an open broker anyone local may use)."""
+    user: str | None = None
+    """The user whose credentials ``up.json`` names; None: $ROUNDHOUSE_USER, else the login name."""
 
 
 @dataclass(slots=True)
@@ -116,6 +134,71 @@ class LocalCluster:
         self.broker = Broker(self.state_dir / "nats")
         self.children: list[Child] = []
         self.endpoint: Endpoint | None = None
+        self.auth: AuthDirectory | None = AuthDirectory(self.state_dir / "auth") if config.auth else None
+        """The cluster's identities (None: no authentication)."""
+
+    # --- identities -----------------------------------------------------------------------------------
+    OPERATOR = "operator"
+
+    @property
+    def node_ids(self) -> list[str]:
+        workers = 1 if self.config.real_gpus else self.config.workers
+        return [f"node-{index}" for index in range(workers)]
+
+    @property
+    def user(self) -> str | None:
+        """The user identity issued for whoever runs ``up``; None when that name cannot be one (not a
+        valid subject token, or a role's name): commands there then act as the operator."""
+        name = self.config.user or default_identity()
+        if not is_token(name) or name in RESERVED_NAMES or name == self.OPERATOR or name in self.node_ids:
+            return None
+        return name
+
+    def creds_of(self, role: Role, name: str | None = None) -> Path | None:
+        """The credentials file of one identity (services: their role's name); None without auth."""
+        if self.auth is None:
+            return None
+        return self.auth.creds_path(role, name or role.value)
+
+    @property
+    def operator_creds(self) -> Path | None:
+        return self.creds_of(Role.OPERATOR, self.OPERATOR)
+
+    @property
+    def user_creds(self) -> Path | None:
+        """What commands run here connect with (``up.json``): the user's, else the operator's."""
+        user = self.user
+        return self.creds_of(Role.USER, user) if user is not None else self.operator_creds
+
+    def _issue_credentials(self, namespace: str) -> None:
+        """Every identity this cluster needs, created where missing, and the broker's auth.conf."""
+        assert self.auth is not None
+        user = self.user
+        self.auth.init(
+            namespace=namespace, operators=(self.OPERATOR,), users=(user,) if user else (), nodes=self.node_ids
+        )
+        self.broker.authorization = self.auth.server_config_path
+
+    def _start_broker(self) -> Endpoint:
+        """Issue credentials (for the namespace), start the broker, write ``up.json``."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        namespace = self.config.namespace or f"rh{uuid.uuid4().hex[:8]}"
+        if self.auth is not None:
+            self._issue_credentials(namespace)
+        url = self.broker.start()
+        self.endpoint = Endpoint(url, namespace, self.user_creds)
+        self.endpoint.write(self.state_dir)
+        return self.endpoint
+
+    def _creds_args(self, role: Role, name: str | None = None) -> list[str]:
+        path = self.creds_of(role, name)
+        return ["--creds", str(path)] if path is not None else []
+
+    @staticmethod
+    def _child_env() -> dict[str, str]:
+        # Each child gets its own --creds; the caller's ROUNDHOUSE_CREDS must not stand in for them.
+        env = {key: value for key, value in os.environ.items() if key != CREDS_ENV}
+        return {**env, "PYTHONUNBUFFERED": "1"}
 
     def _spawn(self, name: str, args: list[str]) -> Child:
         log_path = self.state_dir / "logs" / f"{name}.log"
@@ -125,7 +208,7 @@ class LocalCluster:
                 [sys.executable, "-m", "roundhouse", *args],
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches us only; we stop children in order
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=self._child_env(),
             )  # fmt: skip
         child = Child(name, process, log_path)
         self.children.append(child)
@@ -142,6 +225,9 @@ class LocalCluster:
         if kind == "scheduler":
             round_s = config.round_s / config.speedup if config.emulate else config.round_s
             args += ["--db", str(self.state_dir / "scheduler"), "--round-s", str(round_s)]
+            if self.auth is not None and "operators" in SchedulerConfig.model_fields:
+                args += ["--operators", json.dumps([self.OPERATOR])]
+        args += self._creds_args(Role(kind))
         return args + config.extra_args.get(kind, [])
 
     def _worker_args(self, index: int) -> list[str]:
@@ -155,18 +241,15 @@ class LocalCluster:
             args += ["--fake-gpus", str(config.gpus_per_worker)]
         if config.emulate:
             args += ["--emulate", "--speedup", str(config.speedup)]
+        args += self._creds_args(Role.WORKER, node_id)
         return args + config.extra_args.get("worker", [])
 
     def start(self) -> Endpoint:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        url = self.broker.start()
-        namespace = self.config.namespace or f"rh{uuid.uuid4().hex[:8]}"
-        self.endpoint = Endpoint(url, namespace)
-        self.endpoint.write(self.state_dir)
+        self._start_broker()
+        assert self.endpoint is not None
         for kind in SERVICE_ORDER:
             self._spawn(kind, self._service_args(kind))
-        workers = 1 if self.config.real_gpus else self.config.workers
-        for index in range(workers):
+        for index in range(len(self.node_ids)):
             self._spawn(f"worker-{index}", self._worker_args(index))
         return self.endpoint
 
@@ -174,10 +257,11 @@ class LocalCluster:
         """Block until every service and worker answers ``$SRV.PING`` (or raise with the logs)."""
         assert self.endpoint is not None
         want = self.wanted_answers()
+        operator = read_creds(self.operator_creds) if self.operator_creds is not None else None
         deadline = time.monotonic() + timeout_s
         while True:
             self.check()
-            found = asyncio.run(_ping_counts(self.endpoint, want))
+            found = asyncio.run(_ping_counts(self.endpoint, want, operator))
             if all(found.get(kind, 0) >= count for kind, count in want.items()):
                 return
             if time.monotonic() > deadline:

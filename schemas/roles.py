@@ -92,6 +92,12 @@ class Permissions:
 _SERVICES_API: Final = "$SRV.>"
 """The NATS services API (ping, info, stats) every service and worker answers."""
 
+
+def _stats_endpoint(role: Role) -> str:
+    """The extra services-API endpoint each service kind adds (``rh.<kind>.stats``, services/runtime/service.py)."""
+    return "{ns}rh." + role.value + ".stats"
+
+
 # JetStream API a durable consumer of the lifecycle stream needs: look the stream up, create and
 # inspect its own durable consumers, pull from them and ack. No delete, no purge, no other stream.
 _CONSUME_STREAM: Final = (
@@ -109,6 +115,11 @@ _PROVISION_STREAM: Final = (
 )
 """Create the stream or add subjects and replicas to it (never delete, purge or shrink it)."""
 _DEAD_LETTERS: Final = ("{ns}deadletter.*",)
+_STREAM_INFO: Final = "$JS.API.STREAM.INFO.{sn}" + STREAM
+"""A durable publish that finds no stream asks whether it exists (``Bus._publish_durable``), to fail
+at once instead of retrying for seconds."""
+_DELETE_OWN_EPHEMERALS: Final = ("$JS.API.CONSUMER.DELETE.{sn}" + STREAM + ".>",)
+"""Admission replays the stream with ephemeral consumers (services/runtime/replay.py) and deletes them."""
 
 
 def _kv_publish(role: Role) -> tuple[str, ...]:
@@ -123,7 +134,10 @@ def _kv_publish(role: Role) -> tuple[str, ...]:
                 f"$JS.API.STREAM.INFO.{stream}",
                 f"$JS.API.STREAM.MSG.GET.{stream}",
                 f"$JS.API.DIRECT.GET.{stream}.>",
+                # A watch is an unnamed ordered consumer: created on the bare subject.
+                f"$JS.API.CONSUMER.CREATE.{stream}",
                 f"$JS.API.CONSUMER.CREATE.{stream}.>",
+                f"$JS.API.CONSUMER.INFO.{stream}.>",
                 f"$JS.API.CONSUMER.DELETE.{stream}.>",
                 f"$JS.FC.{stream}.>",
             ]
@@ -154,6 +168,7 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             "{ns}query.admission",
             "{ns}rh.scheduler.leader.*",
             _SERVICES_API,
+            _stats_endpoint(Role.SCHEDULER),
         ),
         allow_responses=True,
         why="Owns job and lease state: the only role that commands workers, sends rounds and holds the leader key.",
@@ -167,20 +182,21 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             *_CONSUME_STREAM,
             *_PROVISION_STREAM,
             *_DEAD_LETTERS,
+            *_DELETE_OWN_EPHEMERALS,
         ),
-        subscribe=("{ns}node.heartbeat.*", _SERVICES_API),
+        subscribe=("{ns}node.heartbeat.*", _SERVICES_API, _stats_endpoint(Role.ADMISSION)),
         allow_responses=True,
         why="Reads submissions from the stream and publishes verdicts; asks the scheduler what it starts from.",
     ),
     Role.PLACEMENT: Permissions(
         publish=("{ns}placement.plan",),
-        subscribe=("{ns}schedule.round.*", _SERVICES_API),
+        subscribe=("{ns}schedule.round.*", _SERVICES_API, _stats_endpoint(Role.PLACEMENT)),
         allow_responses=True,
         why="Turns the scheduler's rounds into plans; sees no job spec beyond what a round carries.",
     ),
     Role.METRICS: Permissions(
         publish=("{ns}metrics.node.*", *_kv_publish(Role.METRICS)),
-        subscribe=("{ns}metrics.>", _SERVICES_API),
+        subscribe=("{ns}metrics.>", _SERVICES_API, _stats_endpoint(Role.METRICS)),
         allow_responses=True,
         why="Aggregates job and node metrics into KV buckets and Prometheus; commands nothing.",
     ),
@@ -192,6 +208,7 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             "{ns}metrics.node.{id}",
             "{ns}metrics.job.*",
             "{ns}lease.stop.*",
+            _STREAM_INFO,
         ),
         subscribe=(
             "{ns}lease.grant.{id}",
@@ -200,17 +217,18 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             "{ns}job.started.*",
             "{ns}job.failed.*",
             _SERVICES_API,
+            _stats_endpoint(Role.WORKER),
         ),
         allow_responses=True,
         why="Speaks only for its own node (facts, heartbeats, registration) and hears only its own commands; "
         "sees peers' started/failed facts and sends stop_at to the peers of a multi-node job.",
     ),
     Role.USER: Permissions(
-        publish=("{ns}job.arrived.{id}", "{ns}job.cancel.{id}", "{ns}query.jobs.{id}"),
+        publish=("{ns}job.arrived.{id}", "{ns}job.cancel.{id}", "{ns}query.jobs.{id}", _STREAM_INFO),
         subscribe=("{ns}job.accepted", "{ns}job.held", "{ns}job.rejected"),
         allow_responses=False,
         why="Submits, cancels and lists only as itself; reads verdicts (job id and reason, never a spec), "
-        "no grant, no stream history, no JetStream API.",
+        "no grant, no stream history, no JetStream API but the event stream's existence.",
     ),
     Role.OPERATOR: Permissions(
         publish=(">",),

@@ -150,10 +150,7 @@ class ChaosCluster(LocalCluster):
         return self.chaos.db if self.chaos.db is not None else str(self.state_dir / "scheduler")
 
     def start(self) -> Endpoint:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        url = self.broker.start()
-        self.endpoint = Endpoint(url, f"rh{uuid.uuid4().hex[:8]}")
-        self.endpoint.write(self.state_dir)
+        self.endpoint = self._start_broker()
         self.parts[BROKER] = Part(BROKER, BROKER, [])
         for kind in SERVICE_ORDER:
             if kind == "scheduler":
@@ -314,7 +311,11 @@ class ChaosCluster(LocalCluster):
 async def connect(cluster: ChaosCluster, name: str) -> Client:
     """A client that rides out broker restarts (reconnects forever)."""
     assert cluster.endpoint is not None
-    return await Client.connect(cluster.endpoint.nats, namespace=cluster.endpoint.namespace, name=name, attempts=-1)
+    # As the operator: the harness reads the leader key and watches every grant and round.
+    return await Client.connect(
+        cluster.endpoint.nats, namespace=cluster.endpoint.namespace, name=name, attempts=-1,
+        creds=cluster.operator_creds,
+    )  # fmt: skip
 
 
 async def leader(bus: Bus) -> tuple[str, int] | None:

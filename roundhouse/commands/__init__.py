@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "roundhouse.commands.simulate",
     "roundhouse.commands.reproduce",
     "roundhouse.commands.schemas",
+    "roundhouse.commands.auth",
 )
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 from roundhouse.client import Client
 from roundhouse.endpoint import resolve
+from services.runtime.auth.creds import CredentialsError, read_creds
+from services.runtime.bus import AuthenticationError
 
 T = TypeVar("T")
 
@@ -19,20 +23,37 @@ def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
         "--nats", help="NATS URL(s), comma-separated (default: $ROUNDHOUSE_NATS, else ./.roundhouse/up.json)"
     )
     parser.add_argument("--namespace", help="Roundhouse namespace on that NATS (default: as for --nats)")
+    parser.add_argument(
+        "--creds", type=Path,
+        help="credentials file to connect with (default: $ROUNDHOUSE_CREDS, else the one ./.roundhouse/up.json names)",
+    )  # fmt: skip
 
 
 def with_client(args: argparse.Namespace, work: Callable[[Client], Awaitable[T]]) -> T:
-    """Connect as the flags say, run ``work``, disconnect."""
-    endpoint = resolve(args.nats, args.namespace)
+    """Connect as the flags say, run ``work``, disconnect.
+
+    Credentials that cannot be used, or that the broker refuses, end the command here with the reason
+    (exit code 2 for a bad file, 1 for a refusal), whatever the command."""
+    endpoint = resolve(args.nats, args.namespace, creds=getattr(args, "creds", None))
+    command = f"roundhouse {getattr(args, 'command', '') or ''}".rstrip()
     # The bus logs each failed connection attempt (useful in a service's log); a command reports
     # the outcome once, in its own words.
     logging.getLogger("roundhouse.bus").setLevel(logging.ERROR)
+    try:
+        creds = read_creds(endpoint.creds) if endpoint.creds is not None else None
+    except CredentialsError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
     async def main() -> T:
-        client = await Client.connect(endpoint.nats, namespace=endpoint.namespace)
+        client = await Client.connect(endpoint.nats, namespace=endpoint.namespace, creds=creds)
         try:
             return await work(client)
         finally:
             await client.close()
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    except AuthenticationError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None

@@ -31,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--gpus", type=int, help="GPUs the job needs")
     parser.add_argument("--kind", choices=["te", "be", "TE", "BE"], help="job class: te (trial) or be (best effort)")
     parser.add_argument("--name", help="job name (default: the program's name)")
-    parser.add_argument("--user", help="user the job runs for")
+    parser.add_argument(
+        "--user", help="user the job runs for (default and only choice with credentials: the credentials' identity)"
+    )
     parser.add_argument("--priority", type=int)
     parser.add_argument("--grace", type=float, dest="grace_period_s", help="seconds to checkpoint after a revoke")
     parser.add_argument("--expected-duration", type=float, dest="expected_duration_s")
@@ -118,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
     except NoVerdictError as exc:
         print(f"roundhouse submit: {exc}", file=sys.stderr)
         return 1
+    except PermissionError as exc:  # --user names someone else than the credentials' identity
+        print(f"roundhouse submit: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"roundhouse submit: cannot reach NATS: {exc}", file=sys.stderr)
         return 1

@@ -2,8 +2,10 @@
 
 State lives in ``./.roundhouse/`` (broker data, the scheduler's SQLite database, job checkpoints,
 logs). ``roundhouse submit``, ``jobs`` and ``cancel`` find the running cluster through
-``./.roundhouse/up.json``. Ctrl-C (or SIGTERM) stops everything cleanly: workers first, so running
-jobs checkpoint, then the services, then the broker.
+``./.roundhouse/up.json``, which also names the credentials they connect with: the broker requires
+authentication and enforces each role's permissions, and ``up`` generates every identity into
+``./.roundhouse/auth/`` (``--insecure`` runs an open broker instead). Ctrl-C (or SIGTERM) stops
+everything cleanly: workers first, so running jobs checkpoint, then the services, then the broker.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 from pathlib import Path
 
 from roundhouse.local import LocalCluster, LocalClusterConfig, LocalClusterError, detect_gpus
+from schemas.roles import Role, validate_identity
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +34,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--speedup", type=float, default=1.0, help="with --emulate: clock speed-up factor")
     parser.add_argument("--namespace", default="", help="namespace on the broker (default: a fresh one)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--insecure", action="store_true",
+        help="no authentication: anyone who can reach the NATS port may do anything (never on a shared host)",
+    )  # fmt: skip
+    parser.add_argument("--user", help="the user identity commands run here act as (default: your login name)")
     parser.set_defaults(handler=run)
 
 
@@ -38,11 +46,18 @@ def run(args: argparse.Namespace) -> int:
     if args.speedup <= 0:
         print("roundhouse up: --speedup must be > 0", file=sys.stderr)
         return 2
+    if args.user is not None:
+        try:
+            validate_identity(Role.USER, args.user)
+        except ValueError as exc:
+            print(f"roundhouse up: --user: {exc}", file=sys.stderr)
+            return 2
     real = not args.fake_gpus and not args.emulate and detect_gpus() > 0
     config = LocalClusterConfig(
         state_dir=args.state_dir, workers=args.workers, gpus_per_worker=args.gpus_per_worker, real_gpus=real,
         scheduler=args.scheduler, placement=args.placement, admission=args.admission, round_s=args.round_s,
         emulate=args.emulate, speedup=args.speedup, namespace=args.namespace, log_level=args.log_level,
+        auth=not args.insecure, user=args.user,
     )  # fmt: skip
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -55,6 +70,12 @@ def run(args: argparse.Namespace) -> int:
         gpus = "the GPUs NVML found" if real else f"{args.workers} workers x {args.gpus_per_worker} fake GPUs"
         print(f"roundhouse up: NATS {endpoint.nats} namespace {endpoint.namespace}; {gpus}; "
               f"logs in {cluster.state_dir / 'logs'}", flush=True)
+        if cluster.auth is not None:
+            print(f"  credentials in {cluster.auth.root}; commands here connect as {cluster.user or 'operator'} "
+                  f"({cluster.user_creds})", flush=True)  # fmt: skip
+        else:
+            print("  WARNING: --insecure: no authentication, anyone who reaches the port controls every node",
+                  flush=True)  # fmt: skip
         print("  try: roundhouse submit --gpus 1 -- python examples/train_mlp.py   (Ctrl-C stops)", flush=True)
         while not stop.wait(0.5):
             cluster.check()

@@ -81,6 +81,10 @@ class Broker:
     """Join a NATS cluster (``BrokerCluster``); None: a single server."""
     http_port: int | None = None
     """Monitoring port (``/healthz``, ``/jsz``); None: no monitoring endpoint."""
+    authorization: Path | None = None
+    """A file with the server's ``authorization`` block (``services.runtime.auth``'s ``auth.conf``),
+    included by the generated configuration; None: no authentication (anyone who reaches the port
+    may do anything: the test fixtures' default, never ``roundhouse up``'s)."""
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -139,6 +143,11 @@ class Broker:
             lines.append(f"server_name: {json.dumps(self.server_name)}")
         if self.http_port is not None:
             lines.append(f"http: {json.dumps(f'{self.host}:{self.http_port}')}")
+        if self.authorization is not None:
+            # Included, not copied: regenerating the file and calling reload() applies new identities.
+            # nats-server resolves an include relative to the including file, even an absolute path.
+            included = os.path.relpath(self.authorization.resolve(), self.data_dir.resolve())
+            lines.append(f"include {json.dumps(included)}")
         if self.cluster is not None:
             routes = ", ".join(json.dumps(route) for route in self.cluster.routes)
             lines += [
@@ -193,6 +202,14 @@ class Broker:
         finally:
             if process.stderr is not None:
                 process.stderr.close()
+
+    def reload(self) -> None:
+        """Have the running server re-read its configuration (SIGHUP), e.g. a regenerated ``auth.conf``:
+        connections stay up; ones whose key was removed are closed by the server."""
+        if not self.running:
+            raise BrokerError("broker not running")
+        assert self._process is not None
+        self._process.send_signal(signal.SIGHUP)
 
     def kill(self) -> None:
         """Stop abruptly, as a crash would (for failure tests)."""

@@ -19,11 +19,13 @@ An optional ``namespace`` prefixes every subject, stream and bucket, so several 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import nats
@@ -37,7 +39,9 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 
 from schemas.base import Event, WireModel
 from schemas.codec import MalformedMessageError, decode, decode_as, decoder_for, encode
+from schemas.roles import inbox_prefix
 from schemas.subjects import SubjectSpec, durable_patterns, spec_for, subject_for
+from services.runtime.auth.creds import Credentials, read_creds
 from services.runtime.consumer import ConsumerHandler, ConsumerOptions, DurableConsumer, MalformedHandler
 from services.runtime.kv import KVBucket
 
@@ -72,6 +76,17 @@ class RemoteError(BusError):
 
 class NoResponderError(BusError):
     """Nothing serves the subject of a request (the broker said so at once, with no time-out)."""
+
+
+class AuthenticationError(BusError, ConnectionError):
+    """The broker refused this connection's credentials (none given to a secured broker, or unknown ones).
+
+    Not a connection loss: retrying with the same credentials cannot succeed, so connecting fails at
+    once instead of retrying forever."""
+
+
+_AUTH_VIOLATION = "authorization violation"
+_PERMISSIONS_VIOLATION = "permissions violation"
 
 
 @dataclass(slots=True)
@@ -120,6 +135,23 @@ class BusOptions:
     connect_timeout_s: float = 2.0
 
 
+def _who(identity: Credentials | None) -> str:
+    return f"{identity.role.value} {identity.identity}" if identity is not None else "this connection (no credentials)"
+
+
+def _refusal(identity: Credentials | None, reason: str) -> str:
+    if identity is None:
+        return (
+            f"this NATS requires credentials ({reason.strip()}): pass --creds FILE or set ROUNDHOUSE_CREDS "
+            "(`roundhouse up` writes them under <state>/auth/)"
+        )
+    return (
+        f"the NATS server refused the credentials of {_who(identity)} ({reason.strip()}): the key is not in its "
+        "configuration (regenerate it with `roundhouse auth server-config` and reload the server), or they belong "
+        "to another cluster"
+    )
+
+
 class Bus:
     """Typed publish/subscribe, request-reply, durable consumers and KV over one NATS connection."""
 
@@ -137,6 +169,8 @@ class Bus:
         self._buckets: list[KVBucket] = []
         self._reconnect_listeners: list[Callable[[], Awaitable[None]]] = []
         self._closing = False
+        self.credentials: Credentials | None = None
+        """Who this connection authenticated as (set by :meth:`connect`)."""
 
     # --- connection -------------------------------------------------------------------------
     @classmethod
@@ -147,11 +181,20 @@ class Bus:
         name: str = "roundhouse",
         options: BusOptions | None = None,
         provision: bool = True,
+        creds: Path | Credentials | None = None,
     ) -> Bus:
         """Connect (reconnecting on loss, forever unless ``options`` says otherwise) and, unless told
-        not to, provision the stream."""
+        not to, provision the stream.
+
+        With ``creds`` (a credentials file or what one holds) the connection authenticates as that
+        identity with its nkey, and its reply inbox is the identity's own (``_INBOX.<role>.<name>``,
+        the only one its permissions let it read). A broker that refuses the credentials (or wants
+        some and got none) raises :class:`AuthenticationError` at once; a bad file raises
+        :class:`~services.runtime.auth.creds.CredentialsError`."""
         options = options or BusOptions()
+        identity = read_creds(creds) if isinstance(creds, Path) else creds
         holder: list[Bus] = []
+        refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
         async def on_disconnected() -> None:
             if not (holder and holder[0]._closing):
@@ -162,20 +205,50 @@ class Bus:
                 await holder[0]._on_reconnected()
 
         async def on_error(exc: Exception) -> None:
-            log.warning("bus error: %s", exc, extra={"service": name})
+            text = str(exc)
+            lowered = text.lower()
+            if _AUTH_VIOLATION in lowered or isinstance(exc, nats.errors.AuthorizationError):
+                if not holder:  # connecting: AuthenticationError says it
+                    if not refused.done():
+                        refused.set_result(text)
+                    return
+                # Reconnecting to a server that no longer knows this key (retried, as a loss is).
+                log.error("bus: the broker refused %s: %s", _who(identity), text, extra={"service": name})
+            elif _PERMISSIONS_VIOLATION in lowered:
+                # The broker denied one publish or subscription and keeps the connection: the publish
+                # is dropped and the subscription gets nothing, so this log line is the only trace.
+                log.error("bus: permission denied to %s: %s", _who(identity), text, extra={"service": name})
+            else:
+                log.warning("bus error: %s", exc, extra={"service": name})
 
-        nc = await nats.connect(
-            servers,
-            name=name,
-            allow_reconnect=True,
-            max_reconnect_attempts=options.max_reconnect_attempts,
-            reconnect_time_wait=options.reconnect_wait_s,
-            connect_timeout=options.connect_timeout_s,
-            disconnected_cb=on_disconnected,
-            reconnected_cb=on_reconnected,
-            error_cb=on_error,
-        )
+        settings: dict[str, Any] = {
+            "name": name,
+            "allow_reconnect": True,
+            "max_reconnect_attempts": options.max_reconnect_attempts,
+            "reconnect_time_wait": options.reconnect_wait_s,
+            "connect_timeout": options.connect_timeout_s,
+            "disconnected_cb": on_disconnected,
+            "reconnected_cb": on_reconnected,
+            "error_cb": on_error,
+        }
+        if identity is not None:
+            settings["nkeys_seed_str"] = identity.seed
+            settings["inbox_prefix"] = inbox_prefix(identity.role, identity.identity)
+        nc = NatsClient()
+        connecting: asyncio.Future[Any] = asyncio.ensure_future(nc.connect(servers, **settings))
+        # nats-py retries a refused first connection like an unreachable server (forever, for a
+        # service): an authorization violation ends the attempt instead.
+        await asyncio.wait([connecting, refused], return_when=asyncio.FIRST_COMPLETED)
+        if not connecting.done():
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, nats.errors.Error, OSError):
+                await connecting
+            await nc.close()
+            raise AuthenticationError(_refusal(identity, refused.result()))
+        refused.cancel()
+        connecting.result()  # NoServersError and the like, as before
         bus = cls(nc, options)
+        bus.credentials = identity
         holder.append(bus)
         if provision:
             await bus.provision()
@@ -205,6 +278,11 @@ class Bus:
                 await listener()
             except Exception:
                 log.exception("reconnect listener failed")
+
+    @property
+    def identity(self) -> str | None:
+        """The name the broker authenticated this connection as (None: no credentials)."""
+        return self.credentials.identity if self.credentials is not None else None
 
     # --- naming ------------------------------------------------------------------------------
     def wire(self, subject: str) -> str:

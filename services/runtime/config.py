@@ -38,6 +38,11 @@ class ServiceConfig(BaseModel):
     log_level: str = Field(default="INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
     log_format: str = Field(default="json", pattern=r"^(json|text)$")
     drain_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    creds: str | None = Field(
+        default=None,
+        description="Credentials file of this service's identity (`roundhouse auth`); required by a secured "
+        "NATS (ROUNDHOUSE_CREDS).",
+    )
     stream_replicas: int = Field(
         default=1,
         ge=1,

@@ -19,15 +19,20 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, ClassVar
 
+import nats.errors
+import nats.js.errors
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import EndpointStats
 from nats.micro.service import Service as MicroService
 from nats.micro.service import ServiceConfig as MicroConfig
 
-from services.runtime.bus import Bus, BusOptions
+from services.runtime.auth.creds import Credentials, CredentialsError, read_creds
+from services.runtime.auth.service_identity import check_service_identity, provisions_stream, waits_for_stream
+from services.runtime.bus import AuthenticationError, Bus, BusOptions
 from services.runtime.config import ServiceConfig
 from services.runtime.logs import configure_logging
 from services.runtime.version import __version__
@@ -105,12 +110,17 @@ async def run_service(service: RoundhouseService, *, stop: asyncio.Event | None 
             loop.add_signal_handler(sig, _on_signal, stop, sig)
             installed.append(sig)
 
+    creds = _service_credentials(service)
+    provision = provisions_stream(creds)
     bus = await Bus.connect(
         config.nats_servers,
         name=f"roundhouse-{service.kind}-{service.instance}",
         options=BusOptions(namespace=config.namespace, stream_replicas=config.stream_replicas),
-        provision=True,
+        provision=provision,
+        creds=creds,
     )
+    if waits_for_stream(creds):
+        await _wait_for_stream(bus, service.kind)
     micro: MicroService | None = None
     try:
         await service.start(bus)
@@ -132,6 +142,40 @@ async def run_service(service: RoundhouseService, *, stop: asyncio.Event | None 
                 await micro.stop()
         await bus.close()
         log.info("%s service stopped", service.kind)
+
+
+def _service_credentials(service: RoundhouseService) -> Credentials | None:
+    """The service's credentials (``--creds``), checked to be fit for it; None without any."""
+    if service.config.creds is None:
+        return None
+    creds = read_creds(Path(service.config.creds))
+    check_service_identity(creds, service.kind, node_id=getattr(service.config, "node_id", None))
+    return creds
+
+
+_STREAM_WAIT_LOG_S = 10.0
+
+
+async def _wait_for_stream(bus: Bus, kind: str) -> None:
+    """Wait until the event stream exists, for a service that may not create it (a worker).
+
+    Only the scheduler and admission may create the stream; a worker that started first would
+    otherwise fail its first durable publish (its registration)."""
+    loop = asyncio.get_running_loop()
+    next_log = loop.time()
+    while True:
+        try:
+            await bus.js.stream_info(bus.stream_name)
+            return
+        except nats.js.errors.NotFoundError:
+            pass
+        except (nats.errors.Error, nats.js.errors.Error, TimeoutError) as exc:
+            log.debug("stream look-up failed: %r", exc)
+        if loop.time() >= next_log:
+            log.info("%s waits for the event stream %s (the scheduler and admission create it)", kind,
+                     bus.stream_name)  # fmt: skip
+            next_log = loop.time() + _STREAM_WAIT_LOG_S
+        await asyncio.sleep(0.2)
 
 
 def _on_signal(stop: asyncio.Event, sig: signal.Signals) -> None:
@@ -160,6 +204,9 @@ def start_service_process(service: RoundhouseService) -> int:
         run_main(lambda: run_service(service))
     except KeyboardInterrupt:
         return 130
+    except (CredentialsError, AuthenticationError) as exc:
+        log.error("%s service cannot connect: %s", service.kind, exc)
+        return 1
     except Exception:
         log.exception("%s service failed", service.kind)
         return 1

@@ -120,7 +120,7 @@ async def live_cluster(tmp_path: Path, config: LocalClusterConfig) -> AsyncItera
     logs.mkdir(parents=True, exist_ok=True)
     try:
         await asyncio.to_thread(cluster.wait_ready)
-        client = await Client.connect(endpoint.nats, namespace=endpoint.namespace)
+        client = await Client.connect(endpoint.nats, namespace=endpoint.namespace, creds=endpoint.creds)
         try:
             yield Live(cluster, client, logs)
         finally:

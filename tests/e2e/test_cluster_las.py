@@ -59,7 +59,7 @@ async def test_six_torch_jobs_under_las_preempt_resume_and_match_uninterrupted_r
     endpoint = await asyncio.to_thread(cluster.start)
     try:
         await asyncio.to_thread(cluster.wait_ready)
-        client = await Client.connect(endpoint.nats, namespace=endpoint.namespace)
+        client = await Client.connect(endpoint.nats, namespace=endpoint.namespace, creds=endpoint.creds)
         try:
             job_ids: dict[str, int] = {}
             for seed in SEEDS:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from roundhouse.cli import main
+from roundhouse.client import default_identity
 from schemas.control import JobsQuery, JobsReply, JobView
 from schemas.job import JobClass
 from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobRejected
@@ -30,7 +31,7 @@ async def fake_admission(bus: Bus, arrived: list[JobArrived]) -> None:
         else:
             await bus.publish("job.accepted", JobAccepted(job_id=event.job_id, policy="accept-all"))
 
-    await bus.subscribe("job.arrived", JobArrived, on_arrived)
+    await bus.subscribe("job.arrived.*", JobArrived, on_arrived)
 
 
 def cli(*args: str) -> int:
@@ -94,8 +95,8 @@ async def test_jobs_and_cancel_talk_to_the_scheduler(
     async def on_cancel(event: JobCancel) -> None:
         cancelled.append(event)
 
-    await bus.serve("query.jobs", JobsQuery, on_query)
-    await bus.subscribe("job.cancel", JobCancel, on_cancel)
+    await bus.serve("query.jobs.*", JobsQuery, on_query)
+    await bus.subscribe("job.cancel.*", JobCancel, on_cancel)
     endpoint = ("--nats", broker.url, "--namespace", namespace)
 
     assert await asyncio.to_thread(cli, "jobs", *endpoint, "--json") == 0
@@ -133,7 +134,7 @@ async def test_jobs_waits_for_a_leader_then_says_none_leads(
 
     async def lead_later() -> None:
         await asyncio.sleep(1.0)
-        await bus.serve("query.jobs", JobsQuery, on_query)
+        await bus.serve("query.jobs.*", JobsQuery, on_query)
 
     serving = asyncio.create_task(lead_later())
     assert await asyncio.to_thread(cli, "jobs", *endpoint, "--json") == 0
@@ -147,10 +148,11 @@ async def test_jobs_reports_a_failed_answer_without_a_traceback(
     async def on_query(query: JobsQuery) -> JobsReply:
         raise RuntimeError("not the leader; ask again")
 
-    await bus.serve("query.jobs", JobsQuery, on_query)
+    await bus.serve("query.jobs.*", JobsQuery, on_query)
     assert await asyncio.to_thread(cli, "jobs", "--nats", broker.url, "--namespace", namespace) == 1
     err = capsys.readouterr().err
-    assert "roundhouse jobs: the scheduler failed to answer: query.jobs: RuntimeError: not the leader" in err
+    subject = f"query.jobs.{default_identity()}"  # the requester's identity is the subject's last token
+    assert f"roundhouse jobs: the scheduler failed to answer: {subject}: RuntimeError: not the leader" in err
     assert "Traceback" not in err
 
 
