@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from schemas.roles import Role
+from schemas.roles import Role, validate_identity
 from services.runtime.auth.creds import DIR_MODE, Credentials, new_credentials, read_creds, write_creds
 from services.runtime.auth.registry import Identity, Registry, RegistryError, _write_private
 from services.runtime.auth.server_config import render_authorization
@@ -113,6 +113,10 @@ class AuthDirectory:
         os.chmod(self.root, DIR_MODE)
 
     def _ensure(self, registry: Registry, role: Role, name: str) -> Issued:
+        try:
+            validate_identity(role, name)  # before the name becomes a path
+        except ValueError as exc:
+            raise RegistryError(str(exc)) from None
         path = self.creds_path(role, name)
         known = registry.find(role, name)
         if known is not None and path.is_file() and read_creds(path).public_key == known.public_key:
