@@ -70,7 +70,7 @@ async def test_a_worker_cut_off_from_the_bus_suspends_its_jobs_after_lease_ttl(t
             durable.append(event)
 
         await wait_for(lambda: bus.nc.is_connected, 10, "the test's reconnect")
-        await bus.consume("job.suspended", JobSuspended, keep, durable="cutoff-test")
+        await bus.consume("job.suspended.*", JobSuspended, keep, durable="cutoff-test")
         suspended = (await wait_for(lambda: durable, 20, "job.suspended on the stream"))[0]
         assert isinstance(suspended, JobSuspended), suspended
         assert suspended.reason is SuspendReason.LEASE_EXPIRED

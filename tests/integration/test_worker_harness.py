@@ -67,10 +67,10 @@ async def collect(bus: Bus) -> Facts:
     async def keep(event: Event) -> None:
         facts.events.append(event)
 
-    for subject, model in (("job.started", JobStarted), ("job.checkpointed", JobCheckpointed),
-                           ("job.suspended", JobSuspended),
-                           ("job.completed", JobCompleted), ("job.failed", JobFailed),
-                           ("node.register", NodeRegister), ("node.heartbeat", NodeHeartbeat),
+    for subject, model in (("job.started.*", JobStarted), ("job.checkpointed.*", JobCheckpointed),
+                           ("job.suspended.*", JobSuspended),
+                           ("job.completed.*", JobCompleted), ("job.failed.*", JobFailed),
+                           ("node.register.*", NodeRegister), ("node.heartbeat.*", NodeHeartbeat),
                            ("metrics.job.*", JobMetrics)):  # fmt: skip
         await bus.subscribe(subject, model, keep)  # type: ignore[arg-type]
     await bus.nc.flush()
