@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from roundhouse import __version__
 from roundhouse.commands import load_commands
+from roundhouse.commands.common import CommandFailed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
-    code: int = handler(args)
+    try:
+        code: int = handler(args)
+    except CommandFailed as exc:
+        print(exc, file=sys.stderr)
+        return exc.code
     return code
 
 

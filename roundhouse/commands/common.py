@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -16,6 +15,14 @@ from services.runtime.auth.creds import CredentialsError, read_creds
 from services.runtime.bus import AuthenticationError
 
 T = TypeVar("T")
+
+
+class CommandFailed(Exception):
+    """Ends a command with ``message`` on stderr and exit ``code``, whichever command it is (``cli.main``)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
@@ -32,8 +39,8 @@ def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
 def with_client(args: argparse.Namespace, work: Callable[[Client], Awaitable[T]]) -> T:
     """Connect as the flags say, run ``work``, disconnect.
 
-    Credentials that cannot be used, or that the broker refuses, end the command here with the reason
-    (exit code 2 for a bad file, 1 for a refusal), whatever the command."""
+    Credentials that cannot be used, or that the broker refuses, end the command with the reason
+    (:class:`CommandFailed`: exit code 2 for a bad file, 1 for a refusal), whatever the command."""
     endpoint = resolve(args.nats, args.namespace, creds=getattr(args, "creds", None))
     command = f"roundhouse {getattr(args, 'command', '') or ''}".rstrip()
     # The bus logs each failed connection attempt (useful in a service's log); a command reports
@@ -42,8 +49,7 @@ def with_client(args: argparse.Namespace, work: Callable[[Client], Awaitable[T]]
     try:
         creds = read_creds(endpoint.creds) if endpoint.creds is not None else None
     except CredentialsError as exc:
-        print(f"{command}: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise CommandFailed(f"{command}: {exc}", 2) from None
 
     async def main() -> T:
         client = await Client.connect(endpoint.nats, namespace=endpoint.namespace, creds=creds)
@@ -55,5 +61,4 @@ def with_client(args: argparse.Namespace, work: Callable[[Client], Awaitable[T]]
     try:
         return asyncio.run(main())
     except AuthenticationError as exc:
-        print(f"{command}: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise CommandFailed(f"{command}: {exc}", 1) from None
