@@ -113,6 +113,12 @@ class JobsReply(WireModel):
     jobs: list[JobView] = Field(default_factory=list, max_length=MAX_QUERY_JOBS)
     truncated: bool = Field(default=False, description="More jobs match; ask again with ``after``.")
     epoch: Counter = Field(description="The answering leader's epoch.")
+    refused: dict[JobId, Reason] = Field(
+        default_factory=dict,
+        max_length=MAX_QUERY_JOBS,
+        description="Job ids the query named that the requester may not read, each with why "
+        "(`permission denied: bob cannot read alice's job`): only the owner's name, never the job.",
+    )
 
 
 class AdmissionQuery(Event):

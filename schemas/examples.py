@@ -521,7 +521,11 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
     ),
     JobView: lambda: (_job_view(), JobView(job_id="j", name="n", user="u", job_class=JobClass.BE,
                                            status="queued", gpus=1, submit_time=0.0)),
-    JobsReply: lambda: (JobsReply(jobs=[_job_view()], truncated=True, epoch=7), JobsReply(epoch=0)),
+    JobsReply: lambda: (
+        JobsReply(jobs=[_job_view()], truncated=True, epoch=7,
+                  refused={"job-0002": "permission denied: bob cannot read alice's job"}),
+        JobsReply(epoch=0),
+    ),
     AdmissionQuery: lambda: (
         AdmissionQuery(event_id=_eid("admission-query"), ts=EXAMPLE_TS, through_seq=1234, after_seq=17, limit=500),
         AdmissionQuery(),

@@ -1,14 +1,27 @@
-"""`roundhouse cancel ID...`: ask the scheduler to stop jobs (running ones checkpoint first)."""
+"""`roundhouse cancel ID...`: ask the scheduler to stop jobs (running ones checkpoint first).
+
+Only a job's owner or an operator may cancel it. The scheduler enforces that when it applies the
+cancel (a refused cancel changes nothing); this command first asks it (``query.jobs`` as this
+identity) which of the jobs exist and may be cancelled, so that a refusal is told to the user
+(``roundhouse cancel: permission denied: bob cannot cancel alice's job j-1``, exit code 1) rather than
+dropped silently, and publishes the cancel of the allowed ones only.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
 from roundhouse.client import Client
 from roundhouse.commands.common import add_endpoint_flags, with_client
+from schemas.control import JobsQuery, JobsReply
+from services.core.state import JobStatus
+from services.runtime.bus import BusError, NoResponderError
+
+_FINAL = frozenset(status.value for status in JobStatus if status.is_final)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,19 +32,77 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=run)
 
 
+@dataclass(slots=True)
+class Outcome:
+    """What became of each job id asked for."""
+
+    requested: list[str] = field(default_factory=list)
+    finished: dict[str, str] = field(default_factory=dict)
+    """Job id -> its final status: nothing to cancel."""
+    errors: list[str] = field(default_factory=list)
+    """One message per job that was not cancelled: refused, or no such job."""
+    unchecked: bool = False
+    """No scheduler answered the check: the cancels were published all the same (it enforces them)."""
+
+
+def judge(job_ids: list[str], reply: JobsReply | None) -> tuple[list[str], Outcome]:
+    """Which of ``job_ids`` to cancel, given the scheduler's answer (None: no scheduler answered)."""
+    outcome = Outcome(unchecked=reply is None)
+    if reply is None:
+        return list(dict.fromkeys(job_ids)), outcome
+    views = {view.job_id: view for view in reply.jobs}
+    allowed: list[str] = []
+    for job_id in dict.fromkeys(job_ids):
+        view = views.get(job_id)
+        if job_id in reply.refused:
+            # "permission denied: bob cannot read alice's job": the same right as to cancel it.
+            outcome.errors.append(f"{reply.refused[job_id].replace(' cannot read ', ' cannot cancel ')} {job_id}")
+        elif view is None:
+            outcome.errors.append(f"no such job: {job_id}")
+        elif view.status in _FINAL:
+            outcome.finished[job_id] = view.status
+        else:
+            allowed.append(job_id)
+    return allowed, outcome
+
+
 def run(args: argparse.Namespace) -> int:
-    async def cancel(client: Client) -> None:
-        for job_id in args.job_ids:
+    async def cancel(client: Client) -> Outcome:
+        job_ids: list[str] = list(args.job_ids)
+        query = JobsQuery(requester=client.identity, job_ids=job_ids, include_finished=True, limit=len(job_ids))
+        try:
+            reply: JobsReply | None = await client.jobs(query)
+        except (NoResponderError, TimeoutError):
+            reply = None  # no scheduler leads now: the durable cancel waits for one, which checks it
+        allowed, outcome = judge(job_ids, reply)
+        for job_id in allowed:
             await client.cancel(job_id, reason=args.reason)
+        outcome.requested = allowed
+        return outcome
 
     try:
-        with_client(args, cancel)
+        outcome = with_client(args, cancel)
     except ValidationError as exc:
         print(f"roundhouse cancel: {exc.errors()[0]['loc'][-1]}: {exc.errors()[0]['msg']}", file=sys.stderr)
         return 2
+    except BusError as exc:  # the scheduler answered the check with an error
+        print(f"roundhouse cancel: the scheduler failed to answer: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"roundhouse cancel: cannot reach NATS: {exc}", file=sys.stderr)
         return 1
-    for job_id in args.job_ids:
+    return report(outcome)
+
+
+def report(outcome: Outcome) -> int:
+    """Print what happened to each job; 1 if any was refused or unknown."""
+    if outcome.unchecked:
+        print("roundhouse cancel: no scheduler is leading; the cancel is queued and checked when one leads",
+              file=sys.stderr)  # fmt: skip
+    for job_id in outcome.requested:
         print(f"{job_id} cancel requested")
-    return 0
+    for job_id, status in outcome.finished.items():
+        print(f"{job_id} already {status}")
+    for message in outcome.errors:
+        print(f"roundhouse cancel: {message}", file=sys.stderr)
+    return 1 if outcome.errors else 0

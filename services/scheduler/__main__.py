@@ -19,7 +19,9 @@ def parse(argv: list[str]) -> SchedulerConfig:
     parser = argparse.ArgumentParser(prog="python -m services.scheduler", description=__doc__)
     parser.add_argument("--config", type=Path, default=None, help="YAML or JSON settings file.")
     for name, info in SchedulerConfig.model_fields.items():
-        if info.annotation in (str, int, float, str | None):
+        if name == "operators":  # a JSON list or comma-separated names (SchedulerConfig._names)
+            parser.add_argument("--operators", dest=name, type=str, default=None, help=info.description)
+        elif info.annotation in (str, int, float, str | None):
             kind: type[str] | type[int] | type[float] = (
                 int if info.annotation is int else float if info.annotation is float else str
             )

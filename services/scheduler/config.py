@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+import json
+
+from pydantic import Field, field_validator, model_validator
 
 from services.core.registry import SCHEDULING
 from services.runtime.config import ServiceConfig
@@ -46,6 +48,24 @@ class SchedulerConfig(ServiceConfig):
     query_finished_limit: int = Field(
         default=10_000, ge=0, le=1_000_000, description="Finished jobs read from the store per query."
     )
+    operators: tuple[str, ...] = Field(
+        default=("operator",),
+        max_length=1000,
+        description="Identities that may cancel and read every user's jobs (others act only on their own): "
+        "a JSON list or comma-separated names (ROUNDHOUSE_OPERATORS).",
+    )
+
+    @field_validator("operators", mode="before")
+    @classmethod
+    def _names(cls, value: object) -> object:
+        # The environment and ``python -m services.scheduler`` hand over a string: a JSON list
+        # (as ``roundhouse up`` writes it) or the names separated by commas.
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return tuple(name.strip() for name in text.split(",") if name.strip())
 
     @model_validator(mode="after")
     def _policy_builds(self) -> SchedulerConfig:

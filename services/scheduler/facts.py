@@ -6,6 +6,10 @@ consumer acks; a redelivered event changes nothing. Arrivals and acceptances are
 (``Replica.commit_later``) so a fetched batch shares one transaction. Decisions that depend on
 which lease a fact names (``job.started``, ``job.completed``/``job.failed``) are taken by
 ``reconcile.py``; revokes they call for are sent by ``execution.py``.
+
+Nothing is applied before its source is checked (``trust.py``): a worker's fact only if its node
+holds that lease, for that job, in the fact's epoch; a cancel only from the job's owner or an
+operator. A refused message writes nothing and is acked (counted in ``Replica.refusals``).
 """
 
 from __future__ import annotations
@@ -51,9 +55,19 @@ from services.scheduler.execution import Execution
 from services.scheduler.metrics import apply_metrics
 from services.scheduler.reconcile import Finished, Started, fact_time, judge_finished, judge_started, stray_lease
 from services.scheduler.replica import CONSUMERS, Replica
+from services.scheduler.trust import (
+    LeaseSource,
+    Refusal,
+    check_fact,
+    may_operate,
+    permission_denied,
+    source_from_rows,
+)
 
 log = logging.getLogger("roundhouse.scheduler")
 
+_LeaseFact = JobStarted | JobCheckpointed | JobSuspended | JobCompleted | JobFailed
+"""A worker's fact about a lease it ran: checked against its source before it is applied."""
 
 
 class JobFacts:
@@ -163,6 +177,10 @@ class JobFacts:
             entry = r.book.entry(event.job_id)
             if entry is None:
                 await self._unknown_job(event, JOB_CANCEL)
+            elif not may_operate(event.user, entry.state.spec.user, r.cfg.operators):
+                why = permission_denied(event.user, "cancel", entry.state.spec.user)
+                r.refusals.refuse(JOB_CANCEL, Refusal.PERMISSION_DENIED, f"{why} {event.job_id}")
+                return
             grace = entry.state.spec.grace_period_s if entry is not None else 0.0
             change = r.book.end(
                 event.job_id,
@@ -177,8 +195,46 @@ class JobFacts:
             self.execution.send_revokes(change)
 
     # --- workers' facts ----------------------------------------------------------------------
+    async def _refused(self, subject: str, event: _LeaseFact, *, coordinator_only: bool) -> bool:
+        """Whether ``event`` must not be applied: its node does not hold its lease, for its job, in
+        its epoch (``trust.check_fact``). A refusal is counted and logged; nothing is written."""
+        refusal = await self._check_source(event, coordinator_only=coordinator_only)
+        if refusal is None:
+            return False
+        self.replica.refusals.refuse(subject, refusal, self._describe(event))
+        return True
+
+    async def _check_source(self, event: _LeaseFact, *, coordinator_only: bool) -> Refusal | None:
+        if event.lease_id is None:
+            # A failure reported without its lease (a launch that failed early): only about the
+            # lease the job holds now, and only from a node of it.
+            entry = self.replica.book.entry(event.job_id)
+            if entry is None or entry.lease is None:
+                return Refusal.NO_LEASE
+            source: LeaseSource | None = LeaseSource.of(entry.lease)
+        else:
+            source = await self._source(event.lease_id, event.job_id)
+        return check_fact(event.node_id, event.job_id, event.epoch, source, coordinator_only=coordinator_only)
+
+    async def _source(self, lease_id: str, job_id: str) -> LeaseSource | None:
+        """The lease ``lease_id`` as the book holds it, else as the store recorded it for ``job_id``:
+        a release keeps its rows, so the fact of a run released before it landed (lost with its
+        node, past its revoke deadline) is still checked against the node and epoch it ran under."""
+        r = self.replica
+        held = r.book.leases.get(lease_id)
+        if held is not None:
+            return LeaseSource.of(held)
+        assert r.store is not None
+        return source_from_rows(lease_id, await r.store.leases_for_job(job_id, include_released=True))
+
+    @staticmethod
+    def _describe(event: _LeaseFact) -> str:
+        return f"job {event.job_id} lease {event.lease_id} epoch {event.epoch} from node {event.node_id}"
+
     async def on_started(self, event: JobStarted) -> None:
         r = self.replica
+        if await self._refused(JOB_STARTED, event, coordinator_only=False):
+            return
         now = r.clock.time()
         held = r.book.leases.get(event.lease_id)
         entry = r.book.entry(event.job_id)
@@ -196,6 +252,8 @@ class JobFacts:
 
     async def on_checkpointed(self, event: JobCheckpointed) -> None:
         r = self.replica
+        if await self._refused(JOB_CHECKPOINTED, event, coordinator_only=True):
+            return  # its checkpoint path is not recorded: the job's next run would load it
         # Persisted, not only kept in memory: a run lost after a failover must still rewind to it.
         async with r.lock:
             change = r.book.checkpointed(event.job_id, event.lease_id, event.checkpoint_path, event.iteration)
@@ -203,6 +261,8 @@ class JobFacts:
 
     async def on_suspended(self, event: JobSuspended) -> None:
         r = self.replica
+        if await self._refused(JOB_SUSPENDED, event, coordinator_only=True):
+            return  # nothing released, no checkpoint path recorded
         now = r.clock.time()
         # What survives a suspension is its checkpoint: the job resumes from the iteration the
         # checkpoint holds, not from event.iteration (later when the grace period ran out).
@@ -231,7 +291,13 @@ class JobFacts:
         (after a crash, the durable consumer redelivers the fact and the release happens then)."""
         r = self.replica
         lease = r.book.leases.get(event.lease_id)
-        if lease is None or lease.job_id != event.job_id or lease.state is not LeaseState.REVOKING:
+        if lease is None or lease.state is not LeaseState.REVOKING:
+            return
+        # Checked as the durable fact is: a forged "stopped" would hand the GPUs of a job that
+        # still runs to another (only the coordinator reports it, under the lease's epoch).
+        refusal = check_fact(event.node_id, event.job_id, event.epoch, LeaseSource.of(lease), coordinator_only=True)
+        if refusal is not None:
+            r.refusals.refuse(JOB_SUSPENDED, refusal, self._describe(event))
             return
         lease.stopped = True
         if r.term is not None:
@@ -243,9 +309,14 @@ class JobFacts:
             apply_metrics(r.book, entry, r.clock.time())
 
     async def on_completed(self, event: JobCompleted) -> None:
+        if await self._refused(JOB_COMPLETED, event, coordinator_only=True):
+            return
         await self._finished(event, CONSUMERS[JOB_COMPLETED], JobStatus.COMPLETED, reason=None)
 
     async def on_failed(self, event: JobFailed) -> None:
+        # Any node of the lease: a rank fails where it runs (its peers stop theirs on this fact).
+        if await self._refused(JOB_FAILED, event, coordinator_only=False):
+            return
         reason = f"{event.reason.value}: {event.message}" if event.message else event.reason.value
         await self._finished(event, CONSUMERS[JOB_FAILED], JobStatus.FAILED, reason=reason)
 

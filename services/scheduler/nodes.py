@@ -8,6 +8,15 @@ Heartbeats (core NATS) keep a node live and list the leases it holds; the sweep,
 lease TTL and before every round, marks nodes silent for the TTL dead and releases revokes past
 their deadline. What a heartbeat or a sweep implies is decided by ``reconcile.py`` (pure, on
 ``now``); this part reads the clock, gathers the inputs and commits or executes the verdict.
+
+Who speaks is vouched for by the broker (``node.register.<node>``, ``node.heartbeat.<node>``, the
+codec checks the payload names the same node), so a registration touches only its own node's
+leases, and a heartbeat that lists a lease the scheduler holds for another node or job is refused
+whole (``trust.foreign_leases``), before it counts as a sign of life. A new incarnation's leases
+are revoked on the node, never released blind: the agent recovers the leases its predecessor left
+running before it registers (``services/worker``), so an ``unknown_lease`` answer from it means
+those processes are gone, and a lease it still runs is stopped (released with its
+``job.suspended``) before its GPUs or job go anywhere else.
 """
 
 from __future__ import annotations
@@ -18,7 +27,7 @@ from typing import Any
 from schemas.leases import RevokeReason
 from schemas.nodes import NodeHeartbeat, NodeRegister
 from schemas.rounds import RoundTrigger
-from schemas.subjects import NODE_REGISTER
+from schemas.subjects import NODE_HEARTBEAT, NODE_REGISTER
 from services.runtime.consumer import ConsumerHandler
 from services.runtime.store import LeaseState, SetMeta, StaleWriteError
 from services.scheduler.book import Change
@@ -28,6 +37,7 @@ from services.scheduler.leases import Lease
 from services.scheduler.reconcile import reconcile_heartbeat, sweep_releases
 from services.scheduler.replica import CONSUMERS, Replica
 from services.scheduler.term import Term
+from services.scheduler.trust import Refusal, foreign_leases
 
 log = logging.getLogger("roundhouse.scheduler")
 
@@ -77,9 +87,19 @@ class NodeFacts:
         term = r.term
         if term is None:
             return
+        book = r.book
+        foreign = foreign_leases(event.node_id, event.leases, book.leases)
+        if foreign:
+            # Refused whole, before it counts as a sign of life: a node speaks only about its own
+            # leases, and a lease id is never shared by two nodes' runs unless both hold it.
+            r.refusals.refuse(
+                NODE_HEARTBEAT,
+                Refusal.OTHER_NODE,
+                f"node {event.node_id} listed leases of other nodes or jobs: {', '.join(foreign[:5])}",
+            )
+            return
         if not r.inventory.heartbeat(event.node_id, event.incarnation, event.draining, r.clock.monotonic()):
             return
-        book = r.book
         verdict = reconcile_heartbeat(
             event.node_id, event.leases, book.leases, book.by_node.get(event.node_id, set()), self.missing_since,
             ts=event.ts, grace_s=r.cfg.reconcile_grace_s, epoch=term.epoch, now=r.clock.time(),

@@ -1,6 +1,8 @@
 """``query.jobs``: the leader's view of jobs, for ``roundhouse jobs``; ``query.admission``: what the
 admission service starts from.
 
+A user (``query.jobs.<requester>``, vouched for by the broker) sees only their own jobs; an operator
+sees everyone's; a job of another user named by id is refused with its owner's name, nothing more.
 Unfinished jobs come from the leader's book (current to the last applied event, running jobs'
 attained service to ``now``); finished ones, when asked for, from the store. Results are sorted by
 job id and paged with ``after`` / ``limit``.
@@ -23,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -54,6 +56,7 @@ from services.runtime.store import JobRecord
 from services.scheduler.book import JobBook, JobEntry
 from services.scheduler.inventory import Inventory
 from services.scheduler.replica import CONSUMERS
+from services.scheduler.trust import may_operate, permission_denied
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +71,9 @@ class WaitingContext:
     """That round's number (None: no round has run in this term yet)."""
 
     @classmethod
-    def after_round(cls, cluster: ClusterState, ranked: Iterable[str], is_waiting: Callable[[str], bool],
-                    round_no: int | None) -> WaitingContext:
+    def after_round(
+        cls, cluster: ClusterState, ranked: Iterable[str], is_waiting: Callable[[str], bool], round_no: int | None
+    ) -> WaitingContext:
         """From a round's ranked job ids (running ones included; ``is_waiting`` picks the others)."""
         waiting = (j for j in ranked if is_waiting(j))
         return cls(cluster, {job_id: i for i, job_id in enumerate(waiting, start=1)}, round_no)
@@ -139,15 +143,25 @@ def answer(
     epoch: int,
     *,
     context: WaitingContext | None = None,
+    operators: Collection[str] = (),
 ) -> JobsReply:
     """Build the reply to ``query`` from the book and the finished jobs read from the store;
-    ``context`` explains queued jobs' waits (none without it)."""
+    ``context`` explains queued jobs' waits (none without it).
+
+    ``query.requester`` sees only their own jobs unless it is one of ``operators``; a job of
+    another user that the query names by id is listed in ``refused`` with its owner's name only."""
     wanted_ids = set(query.job_ids)
     statuses = set(query.statuses)
     views: dict[str, JobView] = {}
+    refused: dict[str, str] = {}
+    requester = query.requester
 
     def keep(job_id: str, status: str, user: str) -> bool:
         if wanted_ids and job_id not in wanted_ids:
+            return False
+        if not may_operate(requester, user, operators):
+            if job_id in wanted_ids:
+                refused[job_id] = permission_denied(requester, "read", user)
             return False
         if statuses and status not in statuses:
             return False
@@ -166,7 +180,7 @@ def answer(
         views[record.job_id] = _view(state, record.attained_service, {}, None)
     ordered = [views[j] for j in sorted(views)]
     truncated = len(ordered) > query.limit
-    return JobsReply(jobs=ordered[: query.limit], truncated=truncated, epoch=epoch)
+    return JobsReply(jobs=ordered[: query.limit], truncated=truncated, epoch=epoch, refused=refused)
 
 
 # --- query.admission ----------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from services.scheduler.book import Change, JobBook
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.inventory import Inventory
 from services.scheduler.leader import LeaderElection
+from services.scheduler.trust import RefusalLog
 
 if TYPE_CHECKING:
     from services.scheduler.term import Term
@@ -76,6 +77,8 @@ class Replica:
         self.term: Term | None = None
         """The term this replica leads; None while it follows."""
         self.lock = asyncio.Lock()
+        self.refusals = RefusalLog(clock.monotonic, logger=log)
+        """Messages refused for their source or their sender's rights (``trust.py``), by reason."""
 
     # --- leadership -------------------------------------------------------------------------
     @property

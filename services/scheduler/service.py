@@ -172,6 +172,7 @@ class SchedulerService(RoundhouseService):
             "plans_stale": cycle.plans_stale,
             "plans_timed_out": cycle.plans_timed_out,
             "plans_resynced": cycle.plans_resynced,
+            "refused": self.replica.refusals.as_dict(),
             "placement_peer": cycle.snapshots.peer,
             "last_round": cycle.timings.as_dict(),
         }
@@ -216,7 +217,9 @@ class SchedulerService(RoundhouseService):
                 finals = [s for s in JobStatus if s.is_final]
                 finished = (await r.store.jobs_by_status(*finals))[-self.cfg.query_finished_limit :]
         context = self.cycle.waiting_context() if r.book.waiting_count() else None
-        return answer(query, r.book, finished, r.clock.time(), term.epoch, context=context)
+        return answer(
+            query, r.book, finished, r.clock.time(), term.epoch, context=context, operators=self.cfg.operators
+        )
 
     async def _on_admission_query(self, query: AdmissionQuery) -> AdmissionReply:
         """What admission starts from (``queries.answer_admission``), once every fact stored up to

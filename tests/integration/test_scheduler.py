@@ -203,8 +203,10 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         assert {epoch for *_, epoch in grants} == {s.epoch}
         await wait_for(lambda: all(lease.started for lease in s.book.leases.values()), what="job.started applied")
         # Acceptances land in batches: job-4's may trail the four that started.
-        await wait_for(lambda: (e := s.book.entry("job-4")) is not None and e.state.status is JobStatus.QUEUED,
-                       what="job-4 accepted")
+        await wait_for(
+            lambda: (e := s.book.entry("job-4")) is not None and e.state.status is JobStatus.QUEUED,
+            what="job-4 accepted",
+        )
 
         reply = await c.query()
         by_id = {v.job_id: v for v in reply.jobs}
@@ -213,8 +215,9 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         assert {j for j, v in by_id.items() if v.status == "running"} == {"job-0", "job-1", "job-2", "job-3"}
         assert by_id["job-4"].status == "queued"
         # Why it waits: every GPU is taken, and where it stands in the last round's order (if one ranked it).
-        assert re.fullmatch(r"needs 1 GPU, 0 of 4 free; (#1 of 1 waiting in|arrived after) round \d+",
-                            by_id["job-4"].reason or ""), by_id["job-4"].reason
+        assert re.fullmatch(
+            r"needs 1 GPU, 0 of 4 free; (#1 of 1 waiting in|arrived after) round \d+", by_id["job-4"].reason or ""
+        ), by_id["job-4"].reason
         assert by_id["job-0"].reason is None  # running
         assert rounds
         assert all(r.epoch == s.epoch and r.policy == "fifo" and not r.preempt for r in rounds)  # FIFO: no preemption
@@ -360,7 +363,9 @@ async def test_redelivered_events_are_applied_once(broker: Broker, namespace: st
         # The same event again, as JetStream would redeliver it (a new message id defeats dedup).
         for copy in range(2):
             await c.client.js.publish(
-                c.client.wire(JOB_SUSPENDED), encode(fact), headers={"Nats-Msg-Id": f"redelivery-{copy}"}
+                c.client.wire(f"job.suspended.{fact.node_id}"),
+                encode(fact),
+                headers={"Nats-Msg-Id": f"redelivery-{copy}"},
             )
         arrived_again = JobArrived(job_id="j", spec=spec("j"))
         await c.client.publish(JOB_ARRIVED, arrived_again)
@@ -710,8 +715,15 @@ async def test_commands_to_a_node_without_a_worker_get_no_answer_rather_than_an_
     # Nothing serves the node's lease subjects (its worker died, or never started): the broker says
     # "no responders" at once. The executor must treat that as "no answer" and retry until its time
     # is up, as it does for a time-out, not let the error end the round (and the term).
-    executor = LeaseExecutor(bus, epoch=1, is_current=lambda epoch: True, request_timeout_s=0.2, grant_attempts=2,
-                             max_parallel=4, hostname=lambda node: node)
+    executor = LeaseExecutor(
+        bus,
+        epoch=1,
+        is_current=lambda epoch: True,
+        request_timeout_s=0.2,
+        grant_attempts=2,
+        max_parallel=4,
+        hostname=lambda node: node,
+    )
     lease = Lease(lease_id="lease-x", job_id="job-x", parts=(("node-gone", (0,)),), epoch=1, granted_at=time.time())
     assert await executor.revoke(lease, RevokeReason.PREEMPT, grace_s=1.0, until=time.time() + 0.5) is None
     with pytest.raises(GrantRefusedError, match="no answer"):

@@ -42,7 +42,7 @@ async def test_an_acceptance_waits_for_an_arrival_a_dead_leader_held_instead_of_
             durable=c.client.name(CONSUMERS[JOB_ARRIVED]), stream=c.client.stream_name
         )
         fetched = await held.fetch(1, timeout=5)
-        assert [m.subject.rsplit(".", 2)[-2:] for m in fetched] == [JOB_ARRIVED.split(".")]
+        assert [m.subject.rsplit(".", 3)[-3:] for m in fetched] == [["job", "arrived", "default"]]
         await c.client.publish(JOB_ACCEPTED, JobAccepted(job_id="a"))
         s = await c.start_scheduler(policy="fifo")
         await wait_for(lambda: s.is_leader, what="the next leader")
