@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -331,3 +334,24 @@ async def test_a_user_added_later_connects_after_a_reload(secure_broker: SecureB
             await asyncio.sleep(0.05)
     assert bus.identity == "carol"
     await bus.close()
+
+
+# --- services ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("creds", "message"),
+    [
+        pytest.param(None, "this NATS requires credentials", id="none"),
+        pytest.param((Role.SCHEDULER, None), "the placement service needs placement credentials", id="another-role"),
+    ],
+)
+def test_a_service_without_fitting_credentials_exits_at_once_saying_why(
+    secure_broker: SecureBroker, creds: tuple[Role, str | None] | None, message: str
+) -> None:
+    args = [sys.executable, "-m", "roundhouse", "service", "placement", "--nats", secure_broker.broker.url,
+            "--namespace", secure_broker.namespace, "--log-format", "text"]  # fmt: skip
+    if creds is not None:
+        args += ["--creds", str(secure_broker.creds(*creds))]
+    env = {k: v for k, v in os.environ.items() if k != "ROUNDHOUSE_CREDS"}
+    done = subprocess.run(args, check=False, capture_output=True, text=True, timeout=30, env=env)
+    assert done.returncode == 1
+    assert message in done.stdout + done.stderr
