@@ -123,14 +123,17 @@ _DELETE_OWN_EPHEMERALS: Final = ("$JS.API.CONSUMER.DELETE.{sn}" + STREAM + ".>",
 
 
 def _kv_publish(role: Role) -> tuple[str, ...]:
-    """KV access as JetStream API subjects: writers create the bucket and put; readers get and watch."""
+    """KV access as JetStream API subjects: writers put; writers and readers create the bucket, get and watch."""
     out: list[str] = []
     for bucket in BUCKETS:
         stream = "KV_{sn}" + bucket.name
         if role in bucket.writers:
-            out += [f"$JS.API.STREAM.CREATE.{stream}", f"$KV.{{sn}}{bucket.name}.>"]
+            out += [f"$KV.{{sn}}{bucket.name}.>"]
         if role in bucket.readers or role in bucket.writers:
+            # Readers may create the (empty) bucket too: the scheduler opens job-metrics when it starts
+            # leading, which may be before the metrics service first ran. Creating writes no key.
             out += [
+                f"$JS.API.STREAM.CREATE.{stream}",
                 f"$JS.API.STREAM.INFO.{stream}",
                 f"$JS.API.STREAM.MSG.GET.{stream}",
                 f"$JS.API.DIRECT.GET.{stream}.>",
