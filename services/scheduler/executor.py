@@ -2,7 +2,10 @@
 
 Every command carries the leader's epoch; a worker that has accepted a higher one answers
 ``stale_epoch`` and the executor reports it (:class:`DeposedError`): this replica is no longer the
-leader and must stop. A command that gets no reply is retried with the same ``lease_id``, which the
+leader and must stop. A worker's word alone does not depose a leader (issue 13, attack 9: one forged
+fence made every new leader step down): when the store can be asked (``newer_term``), the executor
+steps down only if a newer term was claimed there, and otherwise counts the answer as that node's
+refusal of the command. A command that gets no reply is retried with the same ``lease_id``, which the
 agent treats as a no-op (``duplicate=True``), until it is acked or its time is up.
 
 Waiting for suspensions: the book releases a lease when its ``job.suspended`` (or completion) is
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import nats.errors
 
@@ -59,6 +62,7 @@ class LeaseExecutor:
         max_parallel: int,
         hostname: Callable[[str], str],
         clock: Clock = SYSTEM_CLOCK,
+        newer_term: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self.bus = bus
         self.clock = clock
@@ -69,8 +73,12 @@ class LeaseExecutor:
         self._limit = asyncio.Semaphore(max_parallel)
         self._hostname = hostname
         self._waiters: dict[str, asyncio.Event] = {}
+        self._newer_term = newer_term
+        """The last term claimed in the store (``Store.term``): what confirms a ``stale_epoch``."""
         self.sent_grants = 0
         self.sent_revokes = 0
+        self.unconfirmed_stale = 0
+        """``stale_epoch`` answers the store did not confirm (no newer term was claimed)."""
 
     def _check(self) -> None:
         if not self._is_current(self.epoch):
@@ -123,7 +131,7 @@ class LeaseExecutor:
             if ack is not None:
                 self.sent_revokes += 1
                 if ack.error is LeaseAckError.STALE_EPOCH:
-                    raise DeposedError(f"{lease.coordinator} has seen epoch {ack.epoch_seen} > {self.epoch}")
+                    await self._stale(ack)
                 return ack
             if self.clock.time() >= until:
                 log.warning("revoke of %s on %s got no answer", lease.lease_id, lease.coordinator)
@@ -183,9 +191,25 @@ class LeaseExecutor:
                 continue
             self.sent_grants += 1
             if ack.error is LeaseAckError.STALE_EPOCH:
-                raise DeposedError(f"{grant.node_id} has seen epoch {ack.epoch_seen} > {self.epoch}")
+                await self._stale(ack)  # not deposed: a refused grant, rolled back as any other
             return ack
         return None
+
+    async def _stale(self, ack: LeaseAck) -> None:
+        """A worker answered ``stale_epoch``: raise :class:`DeposedError` unless the store shows no
+        term newer than this one (then the answer is that node's refusal, logged and counted)."""
+        claim = f"{ack.node_id} has seen epoch {ack.epoch_seen} > {self.epoch}"
+        if self._newer_term is None:
+            raise DeposedError(claim)
+        try:
+            latest = await self._newer_term()
+        except Exception as exc:  # the store cannot say: stepping down is the safe side
+            raise DeposedError(f"{claim}; the store could not confirm it: {exc!r}") from exc
+        if latest > self.epoch:
+            raise DeposedError(f"{claim}; the store's term is {latest}")
+        self.unconfirmed_stale += 1
+        log.warning("%s, but no newer term was claimed (the store's is %d): refused by that node, not deposed",
+                    claim, latest)  # fmt: skip
 
     async def _request(self, subject: str, command: LeaseGrant | LeaseRevoke) -> LeaseAck | None:
         async with self._limit:

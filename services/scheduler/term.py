@@ -136,7 +136,7 @@ class Leadership:
         executor = LeaseExecutor(
             bus, epoch=epoch, is_current=r.is_current,
             request_timeout_s=cfg.request_timeout_s, grant_attempts=cfg.grant_attempts,
-            max_parallel=cfg.max_parallel_requests, hostname=r.hostname, clock=r.clock,
+            max_parallel=cfg.max_parallel_requests, hostname=r.hostname, clock=r.clock, newer_term=store.term,
         )  # fmt: skip
         timer = RoundTimer(
             cfg.round_s, self.cycle.policy.triggers, cfg.churn_debounce_s, fill=cfg.fill_between_rounds, clock=r.clock

@@ -1,0 +1,38 @@
+"""Issue 13, attack 9 on the scheduler's side: a worker's ``stale_epoch`` alone does not depose it.
+
+A node whose fence was pushed to 2^53 (a forged revoke, before workers moved their fence only for
+commands they accepted) answered every grant ``stale_epoch``, and every leader stepped down on it,
+17 times. The executor now asks the store whether a newer term was claimed: none was, so the answer
+is that node's refusal of the grant (rolled back), the leader keeps its term, and jobs run on the
+other nodes. Real nats-server, real SQLite store, fake workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from services.runtime.broker import Broker
+from tests.integration.test_scheduler import cluster, running_jobs, spec, wait_for
+
+
+async def test_a_worker_claiming_a_newer_epoch_does_not_depose_the_leader(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 1, "n1": 1})
+        workers.nodes["n0"].epoch_seen = 2**53  # every command to n0 is answered stale_epoch
+        s = await c.start_scheduler(policy="fifo")
+        await wait_for(lambda: s.is_leader and len(s.inventory) == 2, what="leader with 2 nodes")
+        epoch = s.epoch
+        await c.submit("a", spec("a"))
+        await c.submit("b", spec("b"))
+        await wait_for(lambda: len(running_jobs(s)) == 1, what="one job running on n1")
+        term = s._term
+        assert term is not None
+        await wait_for(lambda: term.executor.unconfirmed_stale >= 1, what="n0's stale_epoch seen")
+        await asyncio.sleep(0.5)  # a few more rounds offer n0 again: still no step-down
+        assert s.is_leader
+        assert s.epoch == epoch
+        assert s._term is term
+        assert [lease.nodes for lease in s.book.leases.values()] == [("n1",)]
