@@ -239,7 +239,9 @@ class Bus:
         # nats-py retries a refused first connection like an unreachable server (forever, for a
         # service): an authorization violation ends the attempt instead.
         await asyncio.wait([connecting, refused], return_when=asyncio.FIRST_COMPLETED)
-        if not connecting.done():
+        connected = connecting.done() and not connecting.cancelled() and connecting.exception() is None
+        if refused.done() and not connected:
+            # Also when the attempts ran out meanwhile: "refused" says more than "no servers".
             connecting.cancel()
             with contextlib.suppress(asyncio.CancelledError, nats.errors.Error, OSError):
                 await connecting
