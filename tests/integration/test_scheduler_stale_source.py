@@ -1,4 +1,5 @@
-"""Issue 13, attack 9 on the scheduler's side: a worker's ``stale_epoch`` alone does not depose it.
+"""Issue 13 on the scheduler's side: a worker's ``stale_epoch`` alone does not depose it (attack 9),
+and a plan for a round not in flight changes nothing (attack 12).
 
 A node whose fence was pushed to 2^53 (a forged revoke, before workers moved their fence only for
 commands they accepted) answered every grant ``stale_epoch``, and every leader stepped down on it,
@@ -12,6 +13,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from schemas.rounds import NodeGpus, PlacementPlan
+from schemas.subjects import PLACEMENT_PLAN
 from services.runtime.broker import Broker
 from tests.integration.test_scheduler import cluster, running_jobs, spec, wait_for
 
@@ -36,3 +39,24 @@ async def test_a_worker_claiming_a_newer_epoch_does_not_depose_the_leader(
         assert s.epoch == epoch
         assert s._term is term
         assert [lease.nodes for lease in s.book.leases.values()] == [("n1",)]
+
+
+async def test_a_plan_for_a_round_not_in_flight_is_dropped_without_effect(
+    broker: Broker, namespace: str, tmp_path: Path
+) -> None:
+    async with cluster(broker, namespace, tmp_path) as c:
+        await c.start_workers({"n0": 1})
+        s = await c.start_scheduler(policy="fifo")
+        await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader")
+        await c.submit("a", spec("a", gpus=2))  # never fits: stays queued
+        await wait_for(lambda: "a" in s.book.jobs, what="a queued")
+        stale = s.cycle.plans_stale
+        version = s.book.state_version
+        forged = PlacementPlan(
+            round=10**6, state_version=version, epoch=s.epoch or 0, policy="consolidated",
+            launch={"a": [NodeGpus(node_id="n0", gpus=[0])], "ghost": [NodeGpus(node_id="n0", gpus=[0])]},
+        )  # fmt: skip
+        await c.client.publish(PLACEMENT_PLAN, forged)
+        await wait_for(lambda: s.cycle.plans_stale > stale, what="the plan dropped as stale")
+        assert s.book.leases == {}
+        assert running_jobs(s) == set()

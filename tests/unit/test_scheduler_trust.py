@@ -13,13 +13,16 @@ from roundhouse.commands.cancel import judge
 from schemas.control import JobsQuery, JobsReply, JobView
 from schemas.job import JobClass, JobSpec
 from schemas.nodes import HeldLease
+from schemas.rounds import NodeGpus, PlacementPlan
 from services.core.state import JobState
 from services.runtime.store import LeaseRecord, LeaseState
 from services.scheduler.book import JobBook
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.entry import JobEntry
+from services.scheduler.inventory import Inventory
 from services.scheduler.leases import Lease, row_id
 from services.scheduler.queries import answer
+from services.scheduler.rounds import validate_plan
 from services.scheduler.trust import (
     LeaseSource,
     Refusal,
@@ -159,3 +162,16 @@ def test_cancel_sends_only_what_the_scheduler_allows() -> None:
     unchecked, outcome = judge([f"j-{uuid.uuid4().hex[:6]}"], None)
     assert len(unchecked) == 1
     assert outcome.unchecked
+
+
+def test_a_plan_naming_unknown_jobs_is_dropped_part_by_part() -> None:
+    book = book_of(("a-1", "alice"))
+    inventory = Inventory(lease_ttl_s=30.0)
+    plan = PlacementPlan(
+        round=1, state_version=1, epoch=1, policy="consolidated",
+        launch={"ghost": [NodeGpus(node_id="n0", gpus=[0])]}, suspend=["phantom"], terminate={"spectre": "done"},
+    )  # fmt: skip
+    valid = validate_plan(plan, book, inventory, {})
+    assert valid.is_empty
+    assert sorted(reason.split(":")[0] for reason in valid.dropped) == ["launch ghost", "suspend phantom",
+                                                                        "terminate spectre"]  # fmt: skip
