@@ -120,7 +120,8 @@ async def live_cluster(tmp_path: Path, config: LocalClusterConfig) -> AsyncItera
     logs.mkdir(parents=True, exist_ok=True)
     try:
         await asyncio.to_thread(cluster.wait_ready)
-        client = await Client.connect(endpoint.nats, namespace=endpoint.namespace, creds=endpoint.creds)
+        # As the operator: the tests also inspect what users may not read (the job-metrics bucket).
+        client = await Client.connect(endpoint.nats, namespace=endpoint.namespace, creds=cluster.operator_creds)
         try:
             yield Live(cluster, client, logs)
         finally:
