@@ -23,8 +23,12 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import re
+import signal
+import stat
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -287,6 +291,14 @@ async def violation(caplog: pytest.LogCaptureFixture, subject: str) -> str:
     raise AssertionError(f"no permissions violation for {subject!r}")
 
 
+async def wait_until(check: Callable[[], bool], what: str, timeout_s: float = START_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await asyncio.to_thread(check):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {timeout_s} s")
+        await asyncio.sleep(0.1)
+
+
 # --- the shipped files -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["nats-server.conf", "nats-server-cluster.conf"])
 def test_the_shipped_file_requires_tls_and_credentials(name: str) -> None:
@@ -364,6 +376,65 @@ async def test_a_worker_over_tls_hears_only_its_own_node(
     await violation(caplog, worker.wire("node.heartbeat.node-b"))
 
 
+async def test_a_rotated_key_is_refused_after_a_reload(single: Deployment, connect: ConnectAs) -> None:
+    """deploy/README.md's rotation: delete the creds file, `roundhouse auth init` again (a new key, the old
+    one dropped from auth.conf), reload the broker: the old key's connection is closed and it cannot
+    connect again, while the new file connects."""
+    old = single.auth.credentials(Role.USER, "bob")
+    session = await connect(single, Role.USER, "bob")
+    single.auth.creds_path(Role.USER, "bob").unlink()
+    single.auth.init(namespace=single.namespace, users=USERS, nodes=NODES)
+    assert single.auth.credentials(Role.USER, "bob").public_key != old.public_key
+    process = single.servers[0].process
+    assert process is not None
+    process.send_signal(signal.SIGHUP)  # what `systemctl reload roundhouse-nats` sends
+
+    await wait_until(lambda: session.nc.is_closed, "the old key's connection closed", timeout_s=10)
+    with pytest.raises(AuthenticationError, match="refused the credentials of user bob"):
+        await Bus.connect(single.servers[0].url, provision=False, creds=old,
+                          options=BusOptions(namespace=single.namespace, max_reconnect_attempts=1))  # fmt: skip
+    await connect(single, Role.USER, "bob")  # the new file
+
+
+# --- compose: container/compose-init.sh's output, used as compose.yaml mounts it ---------------------------
+async def test_the_compose_init_output_runs_the_shipped_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compose-init.sh (run here, outside Docker, on temporary folders) makes identities and certificates
+    that the unchanged deploy/nats-server.conf accepts; a worker with only its node's copied file and the
+    trust/ CA connects over TLS by the name `localhost`. Run twice: the second run keeps every key."""
+    etc = tmp_path / "etc-roundhouse"
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "AUTH_DIR": str(etc / "auth"), "PKI_DIR": str(tmp_path / "pki"), "NODES_DIR": str(tmp_path / "nodes"),
+        "NAMESPACE": "prod", "USERS": "alice", "NODES": "node-0 node-1", "TLS_NAMES": "nats localhost",
+    }  # fmt: skip
+    script = DEPLOY / "container" / "compose-init.sh"
+    for _ in range(2):
+        done = await asyncio.to_thread(
+            subprocess.run, ["sh", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        assert done.returncode == 0, done.stderr
+    assert "created" not in done.stdout  # the second run made nothing new
+    node_creds = tmp_path / "nodes" / "node-0" / "node-0.creds"
+    assert node_creds.read_text() == (etc / "auth" / "worker" / "node-0.creds").read_text()
+    assert stat.S_IMODE(node_creds.stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "pki" / "server" / "server.key").stat().st_mode) == 0o600
+
+    (port,) = free_ports(1)
+    text = localize((DEPLOY / "nats-server.conf").read_text(), etc=etc, tls=tmp_path / "pki" / "server",
+                    store=tmp_path / "jetstream", client_port=port, tls_paths=3)  # fmt: skip
+    config = etc / "nats-server.conf"
+    config.write_text(text)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "pki" / "trust" / "ca.crt"))
+    with running([Server(config, port)]):
+        bus = await Bus.connect(f"tls://localhost:{port}", provision=False, creds=node_creds,
+                                options=BusOptions(namespace="prod", max_reconnect_attempts=1))  # fmt: skip
+        try:
+            assert bus.identity == "node-0"
+        finally:
+            await bus.close()
+
+
 # --- three servers: deploy/nats-server-cluster.conf ------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Deployment]:
@@ -394,14 +465,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Depl
     assert first_auth is not None
     with running(servers):
         yield Deployment(servers, first_auth, pki, namespace)
-
-
-async def wait_until(check: Callable[[], bool], what: str, timeout_s: float = START_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await asyncio.to_thread(check):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout_s} s")
-        await asyncio.sleep(0.1)
 
 
 @pytest.mark.nats_cluster
