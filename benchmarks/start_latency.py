@@ -32,7 +32,9 @@ from schemas.job import JobSpec
 from schemas.jobs import JobStarted
 
 
-async def _sample_starts(nats: str, namespace: str, samples: int, round_s: float, seed: int) -> list[float]:
+async def _sample_starts(
+    nats: str, namespace: str, samples: int, round_s: float, seed: int, creds: Path | None = None
+) -> list[float]:
     """Submit ``samples`` jobs one at a time; the seconds from publish to ``job.started`` of each."""
     rng = random.Random(seed)
     started: dict[str, float] = {}
@@ -44,7 +46,8 @@ async def _sample_starts(nats: str, namespace: str, samples: int, round_s: float
             waiting[event.job_id].set()
 
     latencies: list[float] = []
-    async with await Client.connect(nats, namespace=namespace, name="start-latency") as client:
+    # With the operator's credentials: it watches every node's job.started.
+    async with await Client.connect(nats, namespace=namespace, name="start-latency", creds=creds) as client:
         await client.bus.subscribe("job.started.*", JobStarted, on_started)
         await client.bus.nc.flush()
         for i in range(samples):
@@ -72,7 +75,8 @@ def measure(mode: str, samples: int, round_s: float, seed: int) -> dict[str, Any
             local.wait_ready()
             assert local.endpoint is not None
             latencies = asyncio.run(
-                _sample_starts(local.endpoint.nats, local.endpoint.namespace, samples, round_s, seed)
+                _sample_starts(local.endpoint.nats, local.endpoint.namespace, samples, round_s, seed,
+                               local.operator_creds)  # fmt: skip
             )
     return {
         "mode": mode,
