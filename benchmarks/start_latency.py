@@ -33,7 +33,7 @@ from schemas.jobs import JobStarted
 
 
 async def _sample_starts(
-    nats: str, namespace: str, samples: int, round_s: float, seed: int, creds: Path | None = None
+    nats: str, namespace: str, samples: int, round_s: float, seed: int, *, creds: Path | None = None
 ) -> list[float]:
     """Submit ``samples`` jobs one at a time; the seconds from publish to ``job.started`` of each."""
     rng = random.Random(seed)
@@ -75,8 +75,9 @@ def measure(mode: str, samples: int, round_s: float, seed: int) -> dict[str, Any
             local.wait_ready()
             assert local.endpoint is not None
             latencies = asyncio.run(
-                _sample_starts(local.endpoint.nats, local.endpoint.namespace, samples, round_s, seed,
-                               local.operator_creds)  # fmt: skip
+                _sample_starts(
+                    local.endpoint.nats, local.endpoint.namespace, samples, round_s, seed, creds=local.operator_creds
+                )
             )
     return {
         "mode": mode,
