@@ -16,6 +16,12 @@ Baselines printed beside the rates: the same publisher into a namespace nobody c
 ceiling of the publishing path, measured in this run) and Slurm's documented 500 submissions/s.
 Target (issue 4): >= 2,000 jobs/s accepted and persisted.
 
+Authentication (issue 13): every run measures the same load twice, on a broker without
+authentication and on one with it (generated identities and ``auth.conf``, each part with its own
+credentials, the submitter a user identity), alternating ``--pairs`` times; ``authenticated_vs_open``
+is the median ratio of the end-to-end rates (target >= 0.9) and ``authenticated_cpu_vs_open`` the
+ratio of CPU per job (open over secured), the steadier of the two on a shared machine.
+
 ``cpu_ms_per_job``: CPU milliseconds per job each process used from the first publish until the
 last acceptance was persisted (``/proc/<pid>/stat``; the submitter's own from ``process_time``).
 On a machine shared with other work the rates say how much CPU the run was given; this says what
@@ -28,7 +34,7 @@ persisted, 1,208-1,428 accepted; CPU per job 0.094-0.098 ms admission, 0.218-0.2
 jobs/s needs a whole core of the two (before this round of work: 0.52-0.55 ms in the services,
 614-711 jobs/s persisted under the same load). Details in docs/control-plane.md (Admission).
 
-    python -m benchmarks.submit [--jobs 20000] [--chunk 1000] [--no-scheduler] [--policy las] [--json FILE]
+    python -m benchmarks.submit [--jobs 20000] [--chunk 1000] [--pairs 1] [--no-scheduler] [--policy las] [--json FILE]
 """
 
 from __future__ import annotations
@@ -39,10 +45,12 @@ import contextlib
 import json
 import os
 import signal
+import statistics
 import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +61,9 @@ from schemas.base import Event
 from schemas.control import AdmissionQuery, AdmissionReply
 from schemas.job import JobSpec
 from schemas.jobs import JobArrived
+from schemas.roles import Role
 from schemas.subjects import QUERY_ADMISSION
+from services.runtime.auth import AuthDirectory
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus, BusOptions
 
@@ -61,10 +71,44 @@ REPO = Path(__file__).resolve().parents[1]
 SLURM_SUBMITS_PER_S = 500.0
 """Slurm's documented sustained submission rate (its high-throughput guide)."""
 TARGET_PER_S = 2000.0
+AUTH_RATIO_TARGET = 0.9
+"""Issue 13: authentication and permissions may cost at most 10% of the end-to-end rate."""
+
+
+SUBMITTER = "bench"
+"""The submitting user: with authentication on, the identity whose ``job.arrived.<user>`` the broker admits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identities:
+    """Credentials files per part of the run; all None on a broker without authentication."""
+
+    submitter: Path | None = None
+    observer: Path | None = None
+    """An operator: only operators may read consumer state (JetStream API) besides the services."""
+    scheduler: Path | None = None
+    admission: Path | None = None
+    placement: Path | None = None
+
+    @classmethod
+    def generate(cls, root: Path, namespace: str) -> Identities:
+        auth = AuthDirectory(root)
+        auth.init(namespace=namespace, users=[SUBMITTER])
+        return cls(
+            submitter=auth.creds_path(Role.USER, SUBMITTER),
+            observer=auth.creds_path(Role.OPERATOR, "operator"),
+            scheduler=auth.creds_path(Role.SCHEDULER, "scheduler"),
+            admission=auth.creds_path(Role.ADMISSION, "admission"),
+            placement=auth.creds_path(Role.PLACEMENT, "placement"),
+        )
+
+
+def creds_args(path: Path | None) -> tuple[str, ...]:
+    return ("--creds", str(path)) if path is not None else ()
 
 
 def arrivals(count: int) -> list[Event]:
-    spec = JobSpec(name="bench", command=["python", "train.py", "--epochs", "10"], gpus=1)
+    spec = JobSpec(name="bench", user=SUBMITTER, command=["python", "train.py", "--epochs", "10"], gpus=1)
     return [JobArrived(job_id=uuid.uuid4().hex, spec=spec) for _ in range(count)]
 
 
@@ -164,32 +208,46 @@ async def measure(
     *,
     with_scheduler: bool,
     data_dir: Path,
+    namespace: str,
+    identities: Identities,
     broker_pid: int | None = None,
     policy: str = "las",
 ) -> dict[str, Any]:
-    namespace = f"s{uuid.uuid4().hex[:8]}"
-    bus = await Bus.connect(url, name="bench-submitter", options=BusOptions(namespace=namespace), provision=True)
+    options = BusOptions(namespace=namespace)
+    # Three connections, as in a real cluster: the submitting user (publishes and reads verdicts),
+    # an operator watching consumer state, and, without a scheduler, one standing in for it.
+    observer = await Bus.connect(url, name="bench-observer", options=options, creds=identities.observer)
+    bus = await Bus.connect(url, name="bench-submitter", options=options, provision=False, creds=identities.submitter)
+    opened = [bus, observer]
     if not with_scheduler:
         # Admission starts from the scheduler's store (query.admission); without a scheduler, this
         # process answers for an empty one, as a scheduler with a fresh store would.
         async def empty_store(_: AdmissionQuery) -> AdmissionReply:
             return AdmissionReply(epoch=1)
 
-        await bus.serve(QUERY_ADMISSION, AdmissionQuery, empty_store)
-    named = {"admission": await start_child("services.admission", url, namespace, "--policy", "accept-all")}
+        stand_in = await Bus.connect(url, name="bench-store", options=options, creds=identities.scheduler)
+        opened.append(stand_in)
+        await stand_in.serve(QUERY_ADMISSION, AdmissionQuery, empty_store)
+    named = {
+        "admission": await start_child(
+            "services.admission", url, namespace, "--policy", "accept-all", *creds_args(identities.admission)
+        )
+    }
     if with_scheduler:
         # The scheduler's arrival-triggered rounds wait for placement's plan, so run it too.
-        named["placement"] = await start_child("services.placement", url, namespace)
+        named["placement"] = await start_child(
+            "services.placement", url, namespace, *creds_args(identities.placement)
+        )
         named["scheduler"] = await start_child(
             "services.scheduler", url, namespace, "--db", str(data_dir / "store"), "--round-s", "3600",
-            "--policy", policy,
+            "--policy", policy, *creds_args(identities.scheduler),
         )  # fmt: skip
     children = list(named.values())
     meter = CpuMeter({"nats-server": broker_pid, **{name: child.pid for name, child in named.items()}})
     try:
-        await wait_for_consumer(bus, "admission")
+        await wait_for_consumer(observer, "admission")
         if with_scheduler:
-            await wait_for_consumer(bus, "scheduler-accepted")
+            await wait_for_consumer(observer, "scheduler-accepted")
         accepted = 0
         accepted_at = 0.0
         all_accepted = asyncio.Event()
@@ -215,9 +273,9 @@ async def measure(
             "accepted_per_s": round(jobs / (accepted_at - start)),
         }
         if with_scheduler:
-            durable = bus.name("scheduler-accepted")
+            durable = observer.name("scheduler-accepted")
             while True:
-                info = await bus.js.consumer_info(bus.stream_name, durable)
+                info = await observer.js.consumer_info(observer.stream_name, durable)
                 if info.ack_floor is not None and (info.ack_floor.consumer_seq or 0) >= jobs:
                     break
                 await asyncio.sleep(0.01)
@@ -228,17 +286,56 @@ async def measure(
     finally:
         for child in reversed(children):
             await stop_child(child)
-        await bus.close()
+        for opened_bus in opened:
+            await opened_bus.close()
 
 
-async def run(jobs: int, chunk: int, *, with_scheduler: bool, policy: str = "las") -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp, Broker(Path(tmp) / "nats") as broker:
-        roof = await ceiling(broker.url, jobs, chunk)
-        measured = await measure(
-            broker.url, jobs, chunk, with_scheduler=with_scheduler, data_dir=Path(tmp), broker_pid=broker.pid,
-            policy=policy,
-        )  # fmt: skip
-    end_to_end = measured.get("persisted_per_s", measured["accepted_per_s"])
+def end_to_end(measured: dict[str, Any]) -> float:
+    return float(measured.get("persisted_per_s", measured["accepted_per_s"]))
+
+
+async def run_once(
+    jobs: int, chunk: int, *, with_scheduler: bool, policy: str, secured: bool
+) -> tuple[dict[str, Any], float | None]:
+    """One measurement on a fresh broker: with authentication (generated identities, the broker's
+    generated ``auth.conf``, every part with its own credentials) or without; the open run also
+    measures the publishing ceiling."""
+    with tempfile.TemporaryDirectory() as tmp:
+        namespace = f"s{uuid.uuid4().hex[:8]}"
+        identities = Identities.generate(Path(tmp) / "auth", namespace) if secured else Identities()
+        authorization = AuthDirectory(Path(tmp) / "auth").server_config_path if secured else None
+        with Broker(Path(tmp) / "nats", authorization=authorization) as broker:
+            roof = None if secured else await ceiling(broker.url, jobs, chunk)
+            measured = await measure(
+                broker.url, jobs, chunk, with_scheduler=with_scheduler, data_dir=Path(tmp), namespace=namespace,
+                identities=identities, broker_pid=broker.pid, policy=policy,
+            )  # fmt: skip
+    return measured, roof
+
+
+async def run(jobs: int, chunk: int, *, with_scheduler: bool, policy: str = "las", pairs: int = 1) -> dict[str, Any]:
+    """``pairs`` runs without and with authentication, alternating, each on its own broker; the
+    result is the open runs' median, with the secured runs' median and their ratio beside it."""
+    open_runs: list[dict[str, Any]] = []
+    secured_runs: list[dict[str, Any]] = []
+    roofs: list[float] = []
+    for _ in range(pairs):
+        measured, roof = await run_once(jobs, chunk, with_scheduler=with_scheduler, policy=policy, secured=False)
+        open_runs.append(measured)
+        roofs.append(roof or 0.0)
+        secured, _ = await run_once(jobs, chunk, with_scheduler=with_scheduler, policy=policy, secured=True)
+        secured_runs.append(secured)
+    ratios = [end_to_end(s) / end_to_end(o) for o, s in zip(open_runs, secured_runs, strict=True)]
+    # CPU per job barely moves with the machine's load, where the rates swing 2-3x between runs on a
+    # shared 2-core host: the cost of authentication is clearest as open CPU over secured CPU.
+    cpu_ratios = [
+        o["cpu_ms_per_job"]["total"] / s["cpu_ms_per_job"]["total"]
+        for o, s in zip(open_runs, secured_runs, strict=True)
+        if o["cpu_ms_per_job"].get("total") and s["cpu_ms_per_job"].get("total")
+    ]
+    measured = sorted(open_runs, key=end_to_end)[len(open_runs) // 2]
+    with_auth = sorted(secured_runs, key=end_to_end)[len(secured_runs) // 2]
+    roof = statistics.median(roofs)
     return {
         "jobs": jobs,
         "chunk": chunk,
@@ -246,9 +343,14 @@ async def run(jobs: int, chunk: int, *, with_scheduler: bool, policy: str = "las
         "policy": policy if with_scheduler else None,
         "publish_ceiling_per_s": round(roof),
         **measured,
-        "end_to_end_vs_ceiling": round(end_to_end / roof, 3),
-        "end_to_end_vs_slurm_500": round(end_to_end / SLURM_SUBMITS_PER_S, 2),
-        "meets_target_2000": end_to_end >= TARGET_PER_S,
+        "end_to_end_vs_ceiling": round(end_to_end(measured) / roof, 3),
+        "end_to_end_vs_slurm_500": round(end_to_end(measured) / SLURM_SUBMITS_PER_S, 2),
+        "meets_target_2000": end_to_end(measured) >= TARGET_PER_S,
+        "authenticated": with_auth,
+        "authenticated_vs_open": round(statistics.median(ratios), 3),
+        "authenticated_vs_open_each": [round(r, 3) for r in ratios],
+        "authenticated_cpu_vs_open": round(statistics.median(cpu_ratios), 3) if cpu_ratios else None,
+        "meets_auth_target_0_9": statistics.median(ratios) >= AUTH_RATIO_TARGET,
     }
 
 
@@ -264,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--policy", default="las", help="the scheduler's policy (las rounds on its timer only; srtf also on arrivals)"
     )
+    parser.add_argument(
+        "--pairs", type=int, default=1, help="runs without and with authentication, alternating (median ratio)"
+    )
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
     with_scheduler = not args.no_scheduler and scheduler_available()
@@ -271,13 +376,15 @@ def main(argv: list[str] | None = None) -> int:
         print("services/scheduler/service.py not found: measuring until accepted only", file=sys.stderr)
     import uvloop
 
-    result = uvloop.run(run(args.jobs, args.chunk, with_scheduler=with_scheduler, policy=args.policy))
+    result = uvloop.run(
+        run(args.jobs, args.chunk, with_scheduler=with_scheduler, policy=args.policy, pairs=max(1, args.pairs))
+    )
     text = json.dumps(result, indent=2)
     print(text)
     if args.json:
         with contextlib.suppress(OSError):
             args.json.write_text(text + "\n")
-    return 0 if result["meets_target_2000"] else 1
+    return 0 if result["meets_target_2000"] and result["meets_auth_target_0_9"] else 1
 
 
 if __name__ == "__main__":
