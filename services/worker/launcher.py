@@ -16,6 +16,7 @@ import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from schemas.leases import LeaseGrant
 from services.worker.channel import Channel
@@ -63,6 +64,10 @@ class LeasePaths:
         return self.lease_dir / f"rank-{local_rank}.log"
 
 
+AGENT_SECRETS: Final = ("ROUNDHOUSE_CREDS",)
+"""Variables of the agent's environment that never reach a job."""
+
+
 def job_environment(
     grant: LeaseGrant,
     plan: RankPlan,
@@ -79,6 +84,11 @@ def job_environment(
     ``ROUNDHOUSE_AGENT_PID`` (``agent_pid``) lets ``roundhouse.train`` notice on its own that the
     agent is gone, should the lease's watchdog be gone too."""
     env = dict(base)
+    # The agent's own credentials are the node's identity on the bus: a job's code must not inherit
+    # them (it could then speak as the node). Jobs should also run as another OS user than the
+    # agent, so they cannot read the creds file itself (docs/security.md).
+    for key in AGENT_SECRETS:
+        env.pop(key, None)
     env.update(grant.spec.env)
     env.update({
         "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in plan.gpus),

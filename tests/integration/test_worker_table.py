@@ -106,3 +106,11 @@ def test_the_job_environment_sets_roundhouse_and_torch_variables_over_the_spec_a
                             nats="n", namespace="", base={"ROUNDHOUSE_RESUME_FROM": "/stale", "MASTER_PORT": "1"})
     assert "ROUNDHOUSE_RESUME_FROM" not in fresh
     assert (fresh["RANK"], fresh["WORLD_SIZE"], fresh["CUDA_VISIBLE_DEVICES"]) == ("0", "1", "0")
+
+
+def test_a_job_does_not_inherit_the_agents_credentials() -> None:
+    """Issue 13: the node's creds file is its identity on the bus; a job's code must not learn where it is."""
+    env = job_environment(grant(), plan_ranks(grant())[0], channel=Path("/c"), checkpoint_dir=Path("/ck"), nats="n",
+                          namespace="", base={"ROUNDHOUSE_CREDS": "/etc/roundhouse/auth/worker/n1.creds", "HOME": "/h"})
+    assert "ROUNDHOUSE_CREDS" not in env
+    assert env["HOME"] == "/h"
