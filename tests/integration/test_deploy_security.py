@@ -73,10 +73,14 @@ def settings_only(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
 
-def localize(text: str, *, etc: Path, tls: Path, store: Path, client_port: int, tls_paths: int) -> str:
+def localize(
+    text: str, *, etc: Path, tls: Path, store: Path, client_port: int, tls_paths: int, http_port: int | None = None
+) -> str:
     """The rewrites both files need: client listener, store, certificate paths."""
     text = rewrite(text, r"^listen: 0\.0\.0\.0:4222$", f"listen: 127.0.0.1:{client_port}", 1)
     text = rewrite(text, r"^(\s*)store_dir: /var/lib/roundhouse/nats$", rf'\1store_dir: "{store}"', 1)
+    # Loopback monitoring as shipped; a port of the server's choosing unless the test names one.
+    text = rewrite(text, r"^http: 127\.0\.0\.1:8222$", f"http: 127.0.0.1:{http_port or -1}", 1)
     text = rewrite(text, r'"/etc/roundhouse/tls/', f'"{tls}/', tls_paths)
     # Kept as shipped, and it only works where it sits: beside the config, relative.
     assert re.search(r'^include "auth/auth\.conf"$', text, re.MULTILINE)
@@ -450,9 +454,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Depl
         etc, auth = make_etc(root, first_auth, namespace)
         first_auth = first_auth or auth
         text = localize(shipped, etc=etc, tls=pki.ca_cert.parent, store=root / "jetstream",
-                        client_port=client_ports[index], tls_paths=6)  # fmt: skip
+                        client_port=client_ports[index], tls_paths=6, http_port=http_ports[index])  # fmt: skip
         text = rewrite(text, r"^server_name: nats-1$", f"server_name: nats-{index + 1}", 1)
-        text = rewrite(text, r"^http: 127\.0\.0\.1:8222$", f"http: 127.0.0.1:{http_ports[index]}", 1)
         text = rewrite(text, r"^(\s*)listen: 0\.0\.0\.0:6222$", rf"\g<1>listen: 127.0.0.1:{route_ports[index]}", 1)
         # The hosts' names become localhost (the test certificate's DNS name, which
         # verify_cert_and_check_known_urls matches against the route URLs).
