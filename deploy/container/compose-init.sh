@@ -8,7 +8,12 @@
 #              certificate, key and ca.crt: mounted into the nats container only), trust/ (ca.crt:
 #              mounted into every Roundhouse container)
 #   NODES_DIR  <node>/<node>.creds: each worker container mounts only its own node's folder
-#   NAMESPACE, USERS, NODES, TLS_NAMES (the broker's DNS names; the first is its CN)
+#   BROKER_DIR auth.conf only (refreshed on every run): what the brokers mount as their auth/, so no
+#              broker container holds a creds file
+#   DB_DIR     postgres-password (read by the postgres container's entrypoint) and pgpass (the
+#              scheduler's PGPASSFILE: its ROUNDHOUSE_DB URL names no password), made once
+#   NAMESPACE, USERS, NODES, TLS_NAMES (the brokers' DNS names, all in one certificate that the
+#              three servers share; the first is its CN)
 #
 # For a real deployment use your own CA and deploy/README.md "Security"; this CA exists for one
 # compose project and its key sits in a volume.
@@ -17,6 +22,11 @@ set -eu
 AUTH_DIR=${AUTH_DIR:-/etc/roundhouse/auth}
 PKI_DIR=${PKI_DIR:-/etc/roundhouse/pki}
 NODES_DIR=${NODES_DIR:-/etc/roundhouse/nodes}
+BROKER_DIR=${BROKER_DIR:-/etc/roundhouse/broker}
+DB_DIR=${DB_DIR:-/etc/roundhouse/db}
+DB_HOST=${DB_HOST:-postgres}
+DB_USER=${DB_USER:-roundhouse}
+DB_NAME=${DB_NAME:-roundhouse}
 NAMESPACE=${NAMESPACE:-prod}
 USERS=${USERS:-alice}
 NODES=${NODES:-node-0 node-1}
@@ -34,6 +44,11 @@ for node in $NODES; do
     cp "$AUTH_DIR/worker/$node.creds" "$NODES_DIR/$node/$node.creds"
     chmod 0600 "$NODES_DIR/$node/$node.creds"
 done
+
+mkdir -p "$BROKER_DIR"
+cp "$AUTH_DIR/auth.conf" "$BROKER_DIR/auth.conf.new"
+chmod 0600 "$BROKER_DIR/auth.conf.new"
+mv "$BROKER_DIR/auth.conf.new" "$BROKER_DIR/auth.conf"
 
 # --- TLS --------------------------------------------------------------------------------------------
 if [ ! -s "$PKI_DIR/server/server.crt" ]; then
@@ -61,5 +76,13 @@ if [ ! -s "$PKI_DIR/server/server.crt" ]; then
     # Certificates are public; the keys stay 0600.
     chmod 0644 "$PKI_DIR/ca/ca.crt" "$PKI_DIR/server/server.crt" "$PKI_DIR/server/ca.crt" "$PKI_DIR/trust/ca.crt"
     chmod 0755 "$PKI_DIR/trust"
+fi
+# --- PostgreSQL password ----------------------------------------------------------------------------
+if [ ! -s "$DB_DIR/postgres-password" ]; then
+    mkdir -p "$DB_DIR"
+    password=$(openssl rand -hex 24)
+    printf '%s' "$password" > "$DB_DIR/postgres-password"
+    printf '%s:5432:%s:%s:%s\n' "$DB_HOST" "$DB_NAME" "$DB_USER" "$password" > "$DB_DIR/pgpass"
+    chmod 0600 "$DB_DIR/postgres-password" "$DB_DIR/pgpass"
 fi
 echo "compose-init: credentials in $AUTH_DIR, certificates in $PKI_DIR"

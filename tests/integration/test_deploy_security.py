@@ -410,6 +410,7 @@ async def test_the_compose_init_output_runs_the_shipped_config(tmp_path: Path, m
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "AUTH_DIR": str(etc / "auth"), "PKI_DIR": str(tmp_path / "pki"), "NODES_DIR": str(tmp_path / "nodes"),
+        "DB_DIR": str(tmp_path / "db"), "BROKER_DIR": str(tmp_path / "broker"),
         "NAMESPACE": "prod", "USERS": "alice", "NODES": "node-0 node-1", "TLS_NAMES": "nats localhost",
     }  # fmt: skip
     script = DEPLOY / "container" / "compose-init.sh"
