@@ -79,7 +79,7 @@ async def check(
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
         await nc.publish(f"$SRV.PING.roundhouse-{kind}", b"", reply=inbox)
-        await nc.flush(timeout=timeout_s)
+        await nc.flush(timeout=max(1, round(timeout_s)))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         seen: list[str] = []

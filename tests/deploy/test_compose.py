@@ -69,7 +69,8 @@ def image_writable_dirs() -> set[str]:
 
 
 def image_workdir() -> str:
-    return re.findall(r"^WORKDIR (\S+)$", DOCKERFILE, re.MULTILINE)[-1]
+    workdirs: list[str] = re.findall(r"^WORKDIR (\S+)$", DOCKERFILE, re.MULTILINE)
+    return workdirs[-1]
 
 
 def flags(command: list[str]) -> dict[str, str]:
@@ -157,9 +158,9 @@ def test_every_written_path_is_a_volume_on_a_folder_the_image_makes_writable() -
         if kind == "worker":
             paths += [env["ROUNDHOUSE_CHECKPOINT_ROOT"], f"{workdir}/.roundhouse/worker"]  # work_dir's default
         for path in paths:
-            mount = mount_of(service, path)
-            assert mount is not None, f"{name} writes {path} on the read-only root filesystem"
-            assert not mount.get("read_only"), (name, path)
+            holder = mount_of(service, path)
+            assert holder is not None, f"{name} writes {path} on the read-only root filesystem"
+            assert not holder.get("read_only"), (name, path)
 
 
 def test_workers_share_one_checkpoint_volume_and_run_the_worker_image() -> None:

@@ -79,7 +79,7 @@ def pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.skipif(importlib.util.find_spec("kubernetes_validate") is None,
                     reason="kubernetes-validate is not installed (pip install kubernetes-validate)")  # fmt: skip
 def test_every_object_validates_against_the_kubernetes_schemas(objects: list[dict[str, Any]]) -> None:
-    import kubernetes_validate
+    import kubernetes_validate  # type: ignore[import-untyped]
 
     failures = []
     for document in objects:
