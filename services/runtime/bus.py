@@ -21,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
+import ssl
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import nats
 import nats.errors
@@ -76,6 +78,11 @@ class RemoteError(BusError):
 
 class NoResponderError(BusError):
     """Nothing serves the subject of a request (the broker said so at once, with no time-out)."""
+
+
+class TlsHandshakeError(BusError, ConnectionError):
+    """A ``tls://`` broker did not complete the TLS handshake (it speaks clear text, or its certificate
+    is not trusted): retrying cannot help, and falling back to clear text is what must never happen."""
 
 
 class AuthenticationError(BusError, ConnectionError):
@@ -152,6 +159,29 @@ def _refusal(identity: Credentials | None, reason: str) -> str:
     )
 
 
+_TLS_FAILED: Final = "tls: "
+TLS_CA_ENV: Final = "ROUNDHOUSE_TLS_CA"
+"""A CA file to verify the brokers' certificates with (instead of the system's trust store)."""
+
+
+def tls_settings(servers: str | list[str]) -> dict[str, Any]:
+    """nats-py options for ``tls://`` URLs: TLS before anything else is said, verified certificates.
+
+    nats-py on its own reads the server's INFO in clear text and goes on in clear text when that INFO
+    does not ask for TLS: a man in the middle posing as the broker without TLS could then relay the
+    real broker's nonce and log in with the client's signature. Starting with the TLS handshake
+    (``tls_handshake_first``; the deploy configurations accept it with ``handshake_first``) means a
+    ``tls://`` URL is never spoken to in clear text. All URLs of one cluster must agree."""
+    urls = [servers] if isinstance(servers, str) else list(servers)
+    schemes = {url.split("://", 1)[0].lower() if "://" in url else "nats" for url in urls}
+    if "tls" not in schemes:
+        return {}
+    if schemes != {"tls"}:
+        raise ValueError(f"mixed tls:// and plain URLs ({', '.join(urls)}): a cluster is reached with TLS or without")
+    context = ssl.create_default_context(cafile=os.environ.get(TLS_CA_ENV) or None)
+    return {"tls": context, "tls_handshake_first": True}
+
+
 class Bus:
     """Typed publish/subscribe, request-reply, durable consumers and KV over one NATS connection."""
 
@@ -207,6 +237,10 @@ class Bus:
         async def on_error(exc: Exception) -> None:
             text = str(exc)
             lowered = text.lower()
+            if isinstance(exc, ssl.SSLError) and not holder:
+                if not refused.done():
+                    refused.set_result(_TLS_FAILED + text)
+                return
             if _AUTH_VIOLATION in lowered or isinstance(exc, nats.errors.AuthorizationError):
                 if not holder:  # connecting: AuthenticationError says it
                     if not refused.done():
@@ -234,6 +268,7 @@ class Bus:
         if identity is not None:
             settings["nkeys_seed_str"] = identity.seed
             settings["inbox_prefix"] = inbox_prefix(identity.role, identity.identity)
+        settings.update(tls_settings(servers))
         nc = NatsClient()
         connecting: asyncio.Future[Any] = asyncio.ensure_future(nc.connect(servers, **settings))
         # nats-py retries a refused first connection like an unreachable server (forever, for a
@@ -246,7 +281,13 @@ class Bus:
             with contextlib.suppress(asyncio.CancelledError, nats.errors.Error, OSError):
                 await connecting
             await nc.close()
-            raise AuthenticationError(_refusal(identity, refused.result()))
+            reason = refused.result()
+            if reason.startswith(_TLS_FAILED):
+                raise TlsHandshakeError(
+                    f"no TLS handshake with {servers}: {reason.removeprefix(_TLS_FAILED)} (does the server have "
+                    f"TLS on, and is its CA trusted? set {TLS_CA_ENV} to the CA file)"
+                )
+            raise AuthenticationError(_refusal(identity, reason))
         refused.cancel()
         connecting.result()  # NoServersError and the like, as before
         bus = cls(nc, options)
