@@ -28,7 +28,7 @@ scheduler and placement, while (node, local index) is what NVML, the lease and t
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -38,10 +38,14 @@ from schemas.fields import Counter, Epoch, GpuIndices, Iteration, PolicyName, Re
 from schemas.ids import InstanceId, JobId, NodeId
 from schemas.job import MAX_GPUS_PER_JOB, JobClass, JobName, UserName
 
+UNAVAILABLE_GPUS: Final = "(unavailable)"
+"""The ``held`` key of a draining node's free GPUs: not a valid job id, so it can never name a job."""
+
 __all__ = [
     "MAX_LOSS_HISTORY",
     "MAX_ROUND_JOBS",
     "MAX_ROUND_NODES",
+    "UNAVAILABLE_GPUS",
     "NodeGpus",
     "PlacementPlan",
     "PolicySpec",
@@ -176,11 +180,12 @@ class RoundSnapshot(WireModel):
     )
     jobs: list[SnapshotJob] = Field(default_factory=list, max_length=MAX_ROUND_JOBS)
     removed: _JobIds = Field(default_factory=list, description="Jobs of the base that are gone (delta only).")
-    held: dict[JobId, _Assignment] = Field(
+    held: dict[JobId | Literal["(unavailable)"], _Assignment] = Field(
         default_factory=dict,
         max_length=MAX_ROUND_JOBS,
         description="GPUs held by leases of jobs not in the round (being revoked or ending): taken, never "
-        "placed. Sent in full every round.",
+        "placed. Sent in full every round. The key `(unavailable)` (UNAVAILABLE_GPUS, never a job id) "
+        "holds the free GPUs of draining nodes.",
     )
 
 

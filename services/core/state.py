@@ -17,8 +17,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from schemas.job import JobClass, JobSpec
+from schemas.rounds import UNAVAILABLE_GPUS
 
-UNAVAILABLE = "(unavailable)"
+UNAVAILABLE = UNAVAILABLE_GPUS
 """Marker job that holds the free GPUs of a draining node in a ``ClusterState``, so no policy places
 work there (the node's running jobs keep theirs)."""
 

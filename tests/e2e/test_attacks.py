@@ -32,8 +32,10 @@ The scheduling policy is ``fifo`` (non-preemptive) with backfill, so the victim'
 the length of the module and any change to it is the attack's doing, and the job that can never be
 placed holds up nobody; the security layers do not depend on either.
 
-Beyond the twelve, ``test_13_...`` (xfail, strict, until fixed): a node that says it drains, which a
-compromised node may say of itself, stops placement on every node.
+Beyond the twelve, ``test_13_...``: a node that says it drains, which a compromised node may say of
+itself, stopped placement on every node (its free GPUs were held by a marker that was not a valid job
+id, so placement dropped every round as malformed); fixed by giving the marker its own key in the
+round's schema (``UNAVAILABLE_GPUS``).
 """
 
 from __future__ import annotations
@@ -698,12 +700,6 @@ async def test_each_role_is_refused_what_it_must_not_do(scene: Scene, role: Role
 
 
 # --- beyond the twelve: a node that says it drains -------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 13 follow-up: a draining node's free GPUs are held by the marker job '(unavailable)' "
-    "(services/scheduler/cycle.py), which the round's snapshot carries in `held`; placement drops the round as "
-    "malformed (a job id must match ^[A-Za-z0-9][A-Za-z0-9_-]*$), so no job is placed anywhere while any node drains",
-)
 async def test_13_a_node_that_says_it_drains_stops_no_placement_elsewhere(scene: Scene) -> None:
     """A compromised node owns its host: it may stop its agent and speak for its node alone, saying
     it drains (its own heartbeat, which the broker rightly lets through). That must keep work off that

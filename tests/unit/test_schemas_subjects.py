@@ -145,7 +145,8 @@ def test_every_wildcard_names_its_token_field() -> None:
             assert head in spec.model.model_fields, spec.pattern
             if rest:  # a nested field: job.arrived.<spec.user>
                 annotation = spec.model.model_fields[head].annotation
-                assert annotation is not None and rest in annotation.model_fields, spec.pattern
+                assert annotation is not None, spec.pattern
+                assert rest in annotation.model_fields, spec.pattern
         else:
             assert spec.token_field is None, spec.pattern
         assert spec.description
