@@ -98,6 +98,12 @@ def _stats_endpoint(role: Role) -> str:
     return "{ns}rh." + role.value + ".stats"
 
 
+def _self_ping(role: Role) -> tuple[str, ...]:
+    """Ping its own kind over the services API (``$SRV.PING.roundhouse-<kind>[.<id>]``): a container's
+    health check runs with the service's own credentials. The answers come back to its own inbox."""
+    return ("$SRV.PING.roundhouse-" + role.value, "$SRV.PING.roundhouse-" + role.value + ".*")
+
+
 # JetStream API a durable consumer of the lifecycle stream needs: look the stream up, create and
 # inspect its own durable consumers, pull from them and ack. No delete, no purge, no other stream.
 _CONSUME_STREAM: Final = (
@@ -162,6 +168,7 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             *_PROVISION_STREAM,
             *_DEAD_LETTERS,
             *_kv_publish(Role.SCHEDULER),
+            *_self_ping(Role.SCHEDULER),
         ),
         subscribe=(
             "{ns}node.heartbeat.*",
@@ -186,19 +193,20 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             *_PROVISION_STREAM,
             *_DEAD_LETTERS,
             *_DELETE_OWN_EPHEMERALS,
+            *_self_ping(Role.ADMISSION),
         ),
         subscribe=("{ns}node.heartbeat.*", _SERVICES_API, _stats_endpoint(Role.ADMISSION)),
         allow_responses=True,
         why="Reads submissions from the stream and publishes verdicts; asks the scheduler what it starts from.",
     ),
     Role.PLACEMENT: Permissions(
-        publish=("{ns}placement.plan",),
+        publish=("{ns}placement.plan", *_self_ping(Role.PLACEMENT)),
         subscribe=("{ns}schedule.round.*", _SERVICES_API, _stats_endpoint(Role.PLACEMENT)),
         allow_responses=True,
         why="Turns the scheduler's rounds into plans; sees no job spec beyond what a round carries.",
     ),
     Role.METRICS: Permissions(
-        publish=("{ns}metrics.node.*", *_kv_publish(Role.METRICS)),
+        publish=("{ns}metrics.node.*", *_kv_publish(Role.METRICS), *_self_ping(Role.METRICS)),
         subscribe=("{ns}metrics.>", _SERVICES_API, _stats_endpoint(Role.METRICS)),
         allow_responses=True,
         why="Aggregates job and node metrics into KV buckets and Prometheus; commands nothing.",
@@ -212,6 +220,7 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             "{ns}metrics.job.*",
             "{ns}lease.stop.*",
             _STREAM_INFO,
+            *_self_ping(Role.WORKER),
         ),
         subscribe=(
             "{ns}lease.grant.{id}",
