@@ -236,7 +236,11 @@ class LocalCluster:
         node_id = f"node-{index}"
         args = ["service", "worker", "--nats", self.endpoint.nats, "--namespace", self.endpoint.namespace,
                 "--log-level", config.log_level, "--instance", node_id, "--node-id", node_id,
-                "--work-dir", str(self.state_dir / "workers" / node_id)]
+                "--work-dir", str(self.state_dir / "workers" / node_id),
+                # One checkpoint root for every local worker, as a shared file system gives a real
+                # cluster: a job suspended on one node resumes on another from its checkpoint (each
+                # worker confines resume paths to <root>/<job id>, so a private root would start it over).
+                "--checkpoint-root", str(self.state_dir / "checkpoints")]
         if not config.real_gpus:
             args += ["--fake-gpus", str(config.gpus_per_worker)]
         if config.emulate:

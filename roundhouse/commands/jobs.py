@@ -69,9 +69,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"roundhouse jobs: cannot reach NATS: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({"jobs": [j.model_dump(mode="json") for j in reply.jobs], "truncated": reply.truncated}))
+        out: dict[str, object] = {"jobs": [j.model_dump(mode="json") for j in reply.jobs], "truncated": reply.truncated}
+        if reply.refused:
+            out["refused"] = dict(reply.refused)
+        print(json.dumps(out))
     else:
         print(format_table(reply.jobs, time.time()))
         if reply.truncated:
             print(f"(first {len(reply.jobs)} jobs; use --limit or filters for more)")
-    return 0
+    # Someone else's job named by id: the scheduler says whose, nothing more (issue 13).
+    for job_id, reason in sorted(reply.refused.items()):
+        print(f"roundhouse jobs: {job_id}: {reason}", file=sys.stderr)
+    return 1 if reply.refused else 0

@@ -11,6 +11,7 @@ why it refused to send a cancel.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -125,3 +126,21 @@ async def test_roundhouse_cancel_says_why_it_sends_no_cancel(
         # The CLI published nothing for a-1: the scheduler saw no cancel to refuse.
         assert s.replica.refusals.counts["job.cancel:permission_denied"] == 0
         assert "a-1" in running_jobs(s)
+
+
+async def test_roundhouse_jobs_lists_a_users_own_jobs_and_says_whose_the_others_are(
+    broker: Broker, namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with three_users(broker, namespace, tmp_path):
+        endpoint = ("--nats", broker.url, "--namespace", namespace)
+        monkeypatch.setenv("ROUNDHOUSE_USER", "bob")
+        code = await asyncio.to_thread(main, ["jobs", *endpoint, "--json"])
+        listed = json.loads(capsys.readouterr().out)
+        assert code == 0
+        assert [j["job_id"] for j in listed["jobs"]] == ["b-1"]
+        code = await asyncio.to_thread(main, ["jobs", *endpoint, "a-1", "b-1"])
+        captured = capsys.readouterr()
+        assert code == 1
+        assert "roundhouse jobs: a-1: permission denied: bob cannot read alice's job" in captured.err
+        assert "b-1" in captured.out
+        assert "a-1" not in captured.out
