@@ -106,7 +106,13 @@ class JobView(WireModel):
     attained_service_s: Seconds = 0.0
     iterations_done: Iteration = 0
     preemptions: Counter = 0
-    reason: Reason | None = Field(default=None, description="Why it was held, rejected or failed.")
+    reason: Reason | None = Field(
+        default=None,
+        description="Why it waits, was held, rejected or cancelled, or failed: a failure's exit code or "
+        "signal, its node and the last lines of its output, or the launch error.",
+    )
+    exit_code: int | None = Field(default=None, ge=0, le=255, description="A failed job's non-zero exit code.")
+    signal: int | None = Field(default=None, ge=1, le=128, description="The signal that killed a failed job.")
 
 
 class JobsReply(WireModel):

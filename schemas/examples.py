@@ -155,6 +155,22 @@ def _job_view() -> JobView:
     )
 
 
+def _failed_job_view() -> JobView:
+    return JobView(
+        job_id="job-0002", name="train_mlp.py", user="alice", job_class=JobClass.BE, status="failed", gpus=1,
+        submit_time=EXAMPLE_TS, first_start_time=EXAMPLE_TS + 1.0, finish_time=EXAMPLE_TS + 1.1,
+        reason="exit code 2 on node-01: rank 0 exited with 2: python: can't open file 'train_mlp.py'",
+        exit_code=2, signal=None,
+    )  # fmt: skip
+
+
+def _killed_job_view() -> JobView:
+    return JobView(
+        job_id="job-0003", name="big", user="alice", job_class=JobClass.BE, status="failed", gpus=1,
+        submit_time=EXAMPLE_TS, reason="killed by signal 9 (SIGKILL) on node-01", signal=9,
+    )  # fmt: skip
+
+
 def _admission_job() -> AdmissionJob:
     return AdmissionJob(
         job_id="job-0001",
@@ -519,8 +535,12 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
         ),
         JobsQuery(requester="u"),
     ),
-    JobView: lambda: (_job_view(), JobView(job_id="j", name="n", user="u", job_class=JobClass.BE,
-                                           status="queued", gpus=1, submit_time=0.0)),
+    JobView: lambda: (
+        _job_view(),
+        _failed_job_view(),
+        _killed_job_view(),
+        JobView(job_id="j", name="n", user="u", job_class=JobClass.BE, status="queued", gpus=1, submit_time=0.0),
+    ),
     JobsReply: lambda: (
         JobsReply(jobs=[_job_view()], truncated=True, epoch=7,
                   refused={"job-0002": "permission denied: bob cannot read alice's job"}),

@@ -35,6 +35,18 @@ def _age(ts: float | None, now: float) -> str:
     return f"{seconds:.0f}s"
 
 
+def one_line(reason: str | None) -> str:
+    """A reason on one table line: a failure's headline (``exit code 3 on node-0``) and the last
+    line of its output, which in a traceback names the error; ``--json`` has it whole."""
+    if not reason:
+        return ""
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else ""
+    head, _, _ = lines[0].partition(": ")
+    return f"{head}: {lines[-1]}"
+
+
 def format_table(jobs: list[JobView], now: float) -> str:
     header = ("ID", "NAME", "USER", "CLASS", "STATUS", "GPUS", "PLACEMENT", "SUBMITTED", "ITER", "PREEMPT", "REASON")
     rows = [header]
@@ -42,7 +54,7 @@ def format_table(jobs: list[JobView], now: float) -> str:
         placement = ",".join(f"{node}:{'+'.join(map(str, gpus))}" for node, gpus in job.placement.items()) or "-"
         rows.append((job.job_id, job.name, job.user, job.job_class.value, job.status, str(job.gpus), placement,
                      _age(job.submit_time, now) + " ago", str(job.iterations_done), str(job.preemptions),
-                     job.reason or ""))
+                     one_line(job.reason)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 

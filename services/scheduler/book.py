@@ -117,6 +117,7 @@ class JobBook:
             entry = JobEntry(state, record.version, record.checkpoint_path, record.checkpoint_iteration)
             entry.service0 = record.attained_service
             entry.executed0 = record.executed_time
+            entry.reason, entry.exit_code, entry.signal = record.reason, record.exit_code, record.signal
             self.jobs[record.job_id] = entry
             self._next_seq = max(self._next_seq, record.seq + 1)
         for lease in leases:

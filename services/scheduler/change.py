@@ -20,6 +20,9 @@ from services.runtime.store.records import JOB_CHANGE_FIELDS
 from services.scheduler.entry import JobEntry
 from services.scheduler.leases import Lease
 
+_ENTRY_FIELDS = frozenset({"checkpoint_path", "checkpoint_iteration", "reason", "exit_code", "signal"})
+"""Stored job fields the book keeps on the ``JobEntry`` rather than on its ``JobState``."""
+
 
 @dataclass(slots=True)
 class Change:
@@ -46,10 +49,8 @@ class Change:
             entry.version += 1
             state = entry.state
             for key, value in changes.items():
-                if key == "checkpoint_path":
-                    entry.checkpoint_path = value  # type: ignore[assignment]
-                elif key == "checkpoint_iteration":
-                    entry.checkpoint_iteration = value  # type: ignore[assignment]
+                if key in _ENTRY_FIELDS:  # kept beside the job's state, not in it
+                    setattr(entry, key, value)
                 else:
                     setattr(state, key, value)
 

@@ -24,7 +24,12 @@ class JobEntry:
     """Attained service when the current lease started."""
     executed0: float = 0.0
     reason: str | None = None
-    """Why it was held, rejected, failed (for ``roundhouse jobs``; memory only)."""
+    """Why it was held, rejected, cancelled or failed (for ``roundhouse jobs``): a held job's in
+    memory only, a final status's stored with it (``jobs.reason``)."""
+    exit_code: int | None = None
+    """A failed job's exit code (stored)."""
+    signal: int | None = None
+    """The signal that killed a failed job (stored)."""
     requeued_since: float | None = None
     """``queued_since`` before the current lease, to restore if its grant fails."""
     released_lease_id: str | None = None

@@ -49,9 +49,10 @@ from schemas.subjects import (
 from services.core.state import JobStatus
 from services.runtime.consumer import ConsumerHandler, Unapplicable
 from services.runtime.kv import KVEntry
-from services.runtime.store import LeaseState
+from services.runtime.store import JobChanges, LeaseState
 from services.scheduler.book import Change, JobNotArrivedError
 from services.scheduler.execution import Execution
+from services.scheduler.failures import failure_changes
 from services.scheduler.metrics import apply_metrics
 from services.scheduler.reconcile import Finished, Started, fact_time, judge_finished, judge_started, stray_lease
 from services.scheduler.replica import CONSUMERS, Replica
@@ -311,17 +312,16 @@ class JobFacts:
     async def on_completed(self, event: JobCompleted) -> None:
         if await self._refused(JOB_COMPLETED, event, coordinator_only=True):
             return
-        await self._finished(event, CONSUMERS[JOB_COMPLETED], JobStatus.COMPLETED, reason=None)
+        await self._finished(event, CONSUMERS[JOB_COMPLETED], JobStatus.COMPLETED, details=None)
 
     async def on_failed(self, event: JobFailed) -> None:
         # Any node of the lease: a rank fails where it runs (its peers stop theirs on this fact).
         if await self._refused(JOB_FAILED, event, coordinator_only=False):
             return
-        reason = f"{event.reason.value}: {event.message}" if event.message else event.reason.value
-        await self._finished(event, CONSUMERS[JOB_FAILED], JobStatus.FAILED, reason=reason)
+        await self._finished(event, CONSUMERS[JOB_FAILED], JobStatus.FAILED, details=failure_changes(event))
 
     async def _finished(
-        self, event: JobCompleted | JobFailed, consumer: str, status: JobStatus, *, reason: str | None
+        self, event: JobCompleted | JobFailed, consumer: str, status: JobStatus, *, details: JobChanges | None
     ) -> None:
         r = self.replica
         job_id, lease_id, ts, checkpoint, iteration = (
@@ -333,15 +333,15 @@ class JobFacts:
             entry = book.entry(job_id)
             if entry is None:
                 return
-            if reason is not None:
-                entry.reason = reason
             lease = entry.lease
             verdict = judge_finished(status, lease_id, lease.lease_id if lease is not None else None)
             if verdict is Finished.RELEASE and lease is not None:
                 at = fact_time(ts, entry.state.last_start_time, now)
-                change = book.release(lease.lease_id, at, final=status, checkpoint=checkpoint, iterations=iteration)
+                change = book.release(
+                    lease.lease_id, at, final=status, checkpoint=checkpoint, iterations=iteration, extra=details
+                )
             elif verdict is Finished.WITHOUT_LEASE:
-                change = book.finished_without_lease(job_id, status, now, checkpoint, iteration)
+                change = book.finished_without_lease(job_id, status, now, checkpoint, iteration, details)
             elif verdict is Finished.COMPLETED_EARLIER and lease is not None:
                 log.warning("job %s completed under its earlier lease %s; revoking its re-run %s",
                             job_id, lease_id, lease.lease_id)  # fmt: skip

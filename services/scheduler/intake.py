@@ -1,8 +1,9 @@
 """A job's way into the book: ``job.arrived`` and admission's verdicts (accepted, held, rejected).
 
 A job arrives HELD, with the next sequence number (its place among jobs of equal rank), and waits
-for admission: accepted, it is QUEUED (``lifecycle.admit``); rejected, it ends REJECTED; held, it
-stays HELD with the reason (memory only). These functions are ``JobBook`` methods (``book.py``).
+for admission: accepted, it is QUEUED (``lifecycle.admit``); rejected, it ends REJECTED with the
+reason (stored); held, it stays HELD with the reason (memory only). These functions are ``JobBook``
+methods (``book.py``).
 """
 
 from __future__ import annotations
@@ -70,9 +71,8 @@ def rejected(book: JobBook, job_id: str, reason: str, now: float) -> Change:
     entry = book.jobs.get(job_id)
     change = Change()
     if entry is not None and entry.state.status is JobStatus.HELD:
-        entry.reason = reason
         record = Changes()
         lifecycle.finish(entry.state, JobStatus.REJECTED, now, into=record)
-        change.transition(entry, record)
+        change.transition(entry, record, {"reason": reason})
         book._touch(change, entry)
     return change

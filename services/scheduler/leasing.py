@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from schemas.fields import MAX_REASON_CHARS
 from schemas.leases import RevokeReason
 from services.core import lifecycle
 from services.core.lifecycle import Changes
@@ -53,8 +54,8 @@ def end(
     change = Change()
     if entry is None or entry.state.status.is_final:
         return change
-    if message:
-        change.then(lambda: setattr(entry, "reason", message))
+    if message:  # stored with the final status (``jobs.reason``), applied to the entry on commit
+        extra = {**(extra or {}), "reason": message[:MAX_REASON_CHARS]}
     lease = entry.lease
     if lease is None:
         record = Changes()
@@ -162,6 +163,7 @@ def release(
     checkpoint_iteration: int | None = None,
     iterations: int | None = None,
     count_preemption: bool = True,
+    extra: JobChanges | None = None,
 ) -> Change | None:
     """The lease's job stopped at ``at``: fold its service; requeue it, or end it with ``final``
     (or with the final status it already has: cancel/terminate). None if the lease is not active.
@@ -171,7 +173,9 @@ def release(
     ``iterations_done`` goes back to its checkpoint's iteration (0 without one): a lost run
     (no fact: ``checkpoint`` None) keeps the newest checkpoint known, the one it resumed from
     or a later periodic one it reported (``checkpointed``), and a suspension's progress past
-    its checkpoint is lost too. A job that ends keeps the iteration it reached."""
+    its checkpoint is lost too. A job that ends keeps the iteration it reached: the fact's, or
+    the furthest its run reported (``job-metrics``) when the fact says less or nothing. ``extra``
+    columns (a failure's reason) are written with a final status."""
     lease = book.leases.get(lease_id)
     if lease is None:
         return None
@@ -196,11 +200,17 @@ def release(
         # recorded as of unknown iteration rather than paired with the previous checkpoint's.
         changes["checkpoint_path"] = checkpoint
         changes["checkpoint_iteration"] = checkpoint_iteration
+    status = final if final is not None else state.status
+    if status.is_final and not behind:
+        # The run's own progress reports (applied to ``state`` in memory) count as much as the
+        # fact: a failure often says no iteration, and a run's last report may follow the fact's.
+        iterations = max(iterations or 0, state.iterations_done)
     if iterations is not None and not behind:
         changes["iterations_done"] = iterations
-    status = final if final is not None else state.status
     if status.is_final:
         lifecycle.finish(state, status, at, into=record)
+        if extra:
+            changes.update(extra)
     else:
         lifecycle.suspend(state, at, preempted=count_preemption, into=record)
         if checkpoint is None:  # no fact (a lost run), or one without a checkpoint: the old one
@@ -242,10 +252,17 @@ def _detach(book: JobBook, change: Change, entry: JobEntry, lease: Lease) -> Non
 
 
 def finished_without_lease(  # noqa: PLR0917 (a JobBook method: ``book`` is its self)
-    book: JobBook, job_id: str, status: JobStatus, at: float, checkpoint: str | None, iterations: int | None
+    book: JobBook,
+    job_id: str,
+    status: JobStatus,
+    at: float,
+    checkpoint: str | None,
+    iterations: int | None,
+    extra: JobChanges | None = None,
 ) -> Change:
     """A completion or failure for a job that holds no lease now (e.g. its lease was released
-    at the revoke deadline and the job ended during its grace period)."""
+    at the revoke deadline and the job ended during its grace period); ``extra`` columns (a
+    failure's reason) are written with it."""
     entry = book.jobs.get(job_id)
     change = Change()
     if entry is None or entry.state.status.is_final or entry.lease is not None:
@@ -258,6 +275,8 @@ def finished_without_lease(  # noqa: PLR0917 (a JobBook method: ``book`` is its 
         changes["checkpoint_iteration"] = None  # a completion or failure does not say
     if iterations is not None:
         changes["iterations_done"] = iterations
+    if extra:
+        changes.update(extra)
     change.transition(entry, record, changes)
     book._touch(change, entry)
     return change

@@ -112,10 +112,18 @@ def _view_from_entry(entry: JobEntry, now: float, context: WaitingContext | None
     reason = entry.reason
     if reason is None and context is not None and state.status is JobStatus.QUEUED:
         reason = waiting_reason(state.spec.gpus, state.job_id, context)
-    return _view(state, service, placement, reason)
+    return _view(state, service, placement, reason, exit_code=entry.exit_code, signal=entry.signal)
 
 
-def _view(state: JobState, service: float, placement: dict[str, list[int]], reason: str | None) -> JobView:
+def _view(
+    state: JobState,
+    service: float,
+    placement: dict[str, list[int]],
+    reason: str | None,
+    *,
+    exit_code: int | None = None,
+    signal: int | None = None,
+) -> JobView:
     spec = state.spec
     return JobView(
         job_id=state.job_id,
@@ -132,6 +140,8 @@ def _view(state: JobState, service: float, placement: dict[str, list[int]], reas
         iterations_done=state.iterations_done,
         preemptions=state.preemptions,
         reason=reason,
+        exit_code=exit_code,
+        signal=signal,
     )
 
 
@@ -177,7 +187,9 @@ def answer(
         if record.job_id in views or not keep(record.job_id, record.status.value, record.spec.user):
             continue
         state = record.to_state()
-        views[record.job_id] = _view(state, record.attained_service, {}, None)
+        views[record.job_id] = _view(
+            state, record.attained_service, {}, record.reason, exit_code=record.exit_code, signal=record.signal
+        )
     ordered = [views[j] for j in sorted(views)]
     truncated = len(ordered) > query.limit
     return JobsReply(jobs=ordered[: query.limit], truncated=truncated, epoch=epoch, refused=refused)

@@ -138,6 +138,25 @@ async def test_a_version_1_database_opens_and_gets_checkpoint_iterations(old_db:
         await again.close()
 
 
+async def test_an_old_database_gets_failure_details_columns(old_db: OldDatabase) -> None:
+    """Version 3 (issue 14): a job's reason, exit code and signal are stored; jobs finished before
+    the upgrade have none."""
+    store = await old_db.open()
+    try:
+        done = await store.get_job("done")
+        assert done is not None
+        assert (done.reason, done.exit_code, done.signal) == (None, None, None)
+        failed = {"status": JobStatus.FAILED, "reason": "exit code 3 on n0: boom", "exit_code": 3, "signal": None}
+        await store.update_job("running", failed, expected_version=3)  # type: ignore[arg-type]
+        record = await store.get_job("running")
+        assert record is not None
+        assert (record.status, record.reason, record.exit_code, record.signal) == (
+            JobStatus.FAILED, "exit code 3 on n0: boom", 3, None,
+        )  # fmt: skip
+    finally:
+        await store.close()
+
+
 async def test_stores_opening_an_old_database_together_upgrade_it_once(old_db: OldDatabase) -> None:
     """Three stores (own engines and connections, as three processes would have) open it at once:
     one upgrades it, the others wait for its lock and find it upgraded (on SQLite this failed

@@ -75,6 +75,9 @@ def job_to_row(job: JobRecord) -> RowTuple:
         job.queued_since,
         job.longest_wait_s,
         job.version,
+        job.reason,
+        job.exit_code,
+        job.signal,
     )
 
 
@@ -99,6 +102,9 @@ def job_from_row(row: JobRow) -> JobRecord:
         queued_since=row.queued_since,
         longest_wait_s=row.longest_wait_s,
         version=row.version,
+        reason=row.reason,
+        exit_code=row.exit_code,
+        signal=row.signal,
     )
 
 

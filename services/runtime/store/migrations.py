@@ -44,7 +44,16 @@ async def _add_checkpoint_iteration(conn: AsyncConnection) -> None:
     )
 
 
-STEPS: dict[int, Step] = {1: _add_checkpoint_iteration}
+async def _add_failure_details(conn: AsyncConnection) -> None:
+    """2 -> 3: ``jobs.reason``, ``jobs.exit_code`` and ``jobs.signal``: why a job failed (or was
+    cancelled or rejected), kept once it leaves the scheduler's memory (issue 14). Jobs finished
+    before the upgrade have none (NULL): version 2 kept the reason in memory only."""
+    for column in (jobs_table.c.reason, jobs_table.c.exit_code, jobs_table.c.signal):
+        column_type = column.type.compile(dialect=conn.dialect)
+        await conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {column.name} {column_type}"))
+
+
+STEPS: dict[int, Step] = {1: _add_checkpoint_iteration, 2: _add_failure_details}
 """The step upgrading a database from each version (key) to the next."""
 
 

@@ -46,6 +46,12 @@ class JobRecord:
     longest_wait_s: float = 0.0
     version: int = 1
     """Row version: 1 when added, +1 on every update. Pass it as ``expected_version`` to update."""
+    reason: str | None = None
+    """Why it failed, was cancelled or rejected (None: not said, or it did not end so)."""
+    exit_code: int | None = None
+    """A failed job's non-zero exit code."""
+    signal: int | None = None
+    """The signal that killed a failed job."""
 
     @property
     def user(self) -> str:
@@ -132,6 +138,9 @@ class JobChanges(TypedDict, total=False):
     checkpoint_iteration: int | None
     queued_since: float | None
     longest_wait_s: float
+    reason: str | None
+    exit_code: int | None
+    signal: int | None
 
 
 JOB_CHANGE_FIELDS: frozenset[str] = frozenset(JobChanges.__annotations__)

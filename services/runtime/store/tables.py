@@ -15,7 +15,7 @@ from typing import cast
 from sqlalchemy import BigInteger, Float, ForeignKey, Index, MetaData, String, Table, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped on any change to the tables below; stored in ``meta`` under ``schema_version``. A database
 at an older version is upgraded on open by ``migrations.py`` (one step per version); a newer one is
 refused."""
@@ -66,6 +66,13 @@ class JobRow(Base):
     longest_wait_s: Mapped[float] = mapped_column(Float)
     version: Mapped[int] = mapped_column(BigInteger)
     """Bumped by every update; optimistic updates name the version they read."""
+    reason: Mapped[str | None] = mapped_column(Text)
+    """Why it failed, was cancelled or rejected, in words for ``roundhouse jobs`` (a failure's exit
+    code or signal and the last lines of its output). Added in schema version 3."""
+    exit_code: Mapped[int | None] = mapped_column(BigInteger)
+    """A failed job's non-zero exit code (version 3)."""
+    signal: Mapped[int | None] = mapped_column(BigInteger)
+    """The signal that killed a failed job (version 3)."""
 
 
 class LeaseRow(Base):
