@@ -20,13 +20,13 @@ from typing import Protocol
 
 import nats.errors
 import pytest
-from nats.aio.msg import Msg
 
 from roundhouse.client import Client
 from schemas.job import JobSpec
 from schemas.roles import Role
 from services.runtime.auth import CredentialsError, new_credentials
 from services.runtime.bus import AuthenticationError, Bus, BusOptions
+from tests.bus_probes import reaches
 from tests.conftest import SECURE_NODES, SECURE_USERS, SecureBroker
 
 WAIT_S = 0.4
@@ -87,44 +87,12 @@ async def connect_as(secure_broker: SecureBroker) -> AsyncIterator[ConnectAs]:
 
 async def delivered(watcher: Bus, speaker: Bus, subject: str, within: float = ALLOWED_WAIT_S) -> bool:
     """Whether a message ``speaker`` publishes on ``subject`` reaches a subscriber (the operator)."""
-    got: asyncio.Queue[Msg] = asyncio.Queue()
-
-    async def on_msg(msg: Msg) -> None:
-        await got.put(msg)
-
-    sub = await watcher.nc.subscribe(watcher.wire(subject), cb=on_msg)
-    await watcher.nc.flush()
-    await speaker.nc.publish(speaker.wire(subject), b"{}")
-    await speaker.nc.flush()
-    try:
-        await asyncio.wait_for(got.get(), within)
-        return True
-    except TimeoutError:
-        return False
-    finally:
-        await sub.unsubscribe()
+    return await reaches(watcher, speaker, subject, within)
 
 
 async def hears(listener: Bus, speaker: Bus, subject: str, within: float = ALLOWED_WAIT_S) -> bool:
     """Whether ``listener``, subscribing to ``subject``, gets what the operator publishes there."""
-    got: asyncio.Queue[Msg] = asyncio.Queue()
-
-    async def on_msg(msg: Msg) -> None:
-        await got.put(msg)
-
-    sub = await listener.nc.subscribe(listener.wire(subject), cb=on_msg)
-    await listener.nc.flush()
-    await asyncio.sleep(0.05)  # a refused subscription's -ERR arrives after the flush's PONG
-    await speaker.nc.publish(speaker.wire(subject), b"{}")
-    await speaker.nc.flush()
-    try:
-        await asyncio.wait_for(got.get(), within)
-        return True
-    except TimeoutError:
-        return False
-    finally:
-        if not listener.nc.is_closed:
-            await sub.unsubscribe()
+    return await reaches(listener, speaker, subject, within, settle_s=0.05)
 
 
 # --- who may connect -------------------------------------------------------------------------------------

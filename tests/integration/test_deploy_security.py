@@ -40,12 +40,12 @@ from typing import Any, Protocol
 
 import nkeys
 import pytest
-from nats.aio.msg import Msg
 
 from schemas.roles import Role
 from services.runtime.auth import AuthDirectory
 from services.runtime.broker import find_server_binary, free_ports
 from services.runtime.bus import AuthenticationError, Bus, BusOptions
+from tests.bus_probes import reaches
 from tests.tls_certs import Pki, make_pki, openssl_binary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -265,22 +265,7 @@ async def connect(trust_ca: None) -> AsyncIterator[ConnectAs]:
 
 async def delivered(listener: Bus, speaker: Bus, subject: str) -> bool:
     """Whether what ``speaker`` publishes on ``subject`` reaches ``listener``'s subscription."""
-    got: asyncio.Queue[Msg] = asyncio.Queue()
-
-    async def on_msg(msg: Msg) -> None:
-        await got.put(msg)
-
-    sub = await listener.nc.subscribe(listener.wire(subject), cb=on_msg)
-    await listener.nc.flush()
-    await speaker.nc.publish(speaker.wire(subject), b"{}")
-    await speaker.nc.flush()
-    try:
-        await asyncio.wait_for(got.get(), WAIT_S)
-        return True
-    except TimeoutError:
-        return False
-    finally:
-        await sub.unsubscribe()
+    return await reaches(listener, speaker, subject, WAIT_S)
 
 
 async def violation(caplog: pytest.LogCaptureFixture, subject: str) -> str:
