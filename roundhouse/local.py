@@ -9,6 +9,10 @@ who ran ``up``) are generated into ``<state>/auth/`` (0700, creds files 0600), e
 own ``--creds``, and ``up.json`` names the user's creds file so commands run there find it. Stopping goes in the
 reverse order of dependence: workers first (their jobs checkpoint and report), then the services
 (they ack what they handled), then the broker.
+
+Every service and worker serves Prometheus ``/metrics`` on a free loopback port (``--metrics-port
+0``); each announces its URL in its ``$SRV.PING`` metadata, which :meth:`LocalCluster.wait_ready`
+collects into ``metrics_urls`` (by service kind, workers by node id) and records in ``up.json``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from roundhouse.client import default_identity
-from roundhouse.endpoint import Endpoint
+from roundhouse.endpoint import UP_FILE, Endpoint
 from schemas.ids import is_token
 from schemas.roles import RESERVED_NAMES, Role, inbox_prefix
 from services.runtime.auth import CREDS_ENV, AuthDirectory, Credentials, read_creds
@@ -38,9 +42,15 @@ log = logging.getLogger("roundhouse.up")
 SERVICE_ORDER = ("metrics", "placement", "admission", "scheduler")
 
 
-async def _ping_counts(endpoint: Endpoint, kinds: dict[str, int], creds: Credentials | None = None) -> dict[str, int]:
+async def _ping_counts(
+    endpoint: Endpoint,
+    kinds: dict[str, int],
+    creds: Credentials | None = None,
+    metrics_urls: dict[str, str] | None = None,
+) -> dict[str, int]:
     """How many instances of each service kind in ``endpoint``'s namespace answer a services-API ping
-    (asked as ``creds``: an operator, since no other role may ping every service)."""
+    (asked as ``creds``: an operator, since no other role may ping every service). The ``/metrics``
+    URLs the answers announce go into ``metrics_urls``: by kind, a worker's by its node id."""
     import nats
 
     counts: dict[str, int] = {}
@@ -65,8 +75,12 @@ async def _ping_counts(endpoint: Endpoint, kinds: dict[str, int], creds: Credent
                     break
                 if not msg.data:  # a "no responders" status: nobody of this kind is up yet
                     continue
-                if json.loads(msg.data).get("metadata", {}).get("namespace") == endpoint.namespace:
+                metadata = json.loads(msg.data).get("metadata", {})
+                if metadata.get("namespace") == endpoint.namespace:
                     counts[kind] = counts.get(kind, 0) + 1
+                    url = metadata.get("metrics_url")
+                    if metrics_urls is not None and url:
+                        metrics_urls[metadata.get("instance", kind) if kind == "worker" else kind] = url
             await sub.unsubscribe()
     finally:
         await nc.close()
@@ -112,6 +126,8 @@ class LocalClusterConfig:
     """Authenticate every connection and enforce roles (False: an open broker anyone local may use)."""
     user: str | None = None
     """The user whose credentials ``up.json`` names; None: $ROUNDHOUSE_USER, else the login name."""
+    metrics: bool = True
+    """Every service and worker serves ``/metrics`` on a free loopback port (``metrics_urls``)."""
 
 
 @dataclass(slots=True)
@@ -136,6 +152,8 @@ class LocalCluster:
         self.endpoint: Endpoint | None = None
         self.auth: AuthDirectory | None = AuthDirectory(self.state_dir / "auth") if config.auth else None
         """The cluster's identities (None: no authentication)."""
+        self.metrics_urls: dict[str, str] = {}
+        """``/metrics`` of each service (by kind) and worker (by node id), once ``wait_ready`` returned."""
 
     # --- identities -----------------------------------------------------------------------------------
     OPERATOR = "operator"
@@ -194,6 +212,10 @@ class LocalCluster:
         path = self.creds_of(role, name)
         return ["--creds", str(path)] if path is not None else []
 
+    def _metrics_args(self) -> list[str]:
+        # Port 0: each picks a free one and announces it (no race between choosing and binding).
+        return ["--metrics-port", "0"] if self.config.metrics else []
+
     @staticmethod
     def _child_env() -> dict[str, str]:
         # Each child gets its own --creds; the caller's ROUNDHOUSE_CREDS must not stand in for them.
@@ -227,7 +249,7 @@ class LocalCluster:
             args += ["--db", str(self.state_dir / "scheduler"), "--round-s", str(round_s)]
             if self.auth is not None and "operators" in SchedulerConfig.model_fields:
                 args += ["--operators", json.dumps([self.OPERATOR])]
-        args += self._creds_args(Role(kind))
+        args += self._creds_args(Role(kind)) + self._metrics_args()
         return args + config.extra_args.get(kind, [])
 
     def _worker_args(self, index: int) -> list[str]:
@@ -245,7 +267,7 @@ class LocalCluster:
             args += ["--fake-gpus", str(config.gpus_per_worker)]
         if config.emulate:
             args += ["--emulate", "--speedup", str(config.speedup)]
-        args += self._creds_args(Role.WORKER, node_id)
+        args += self._creds_args(Role.WORKER, node_id) + self._metrics_args()
         return args + config.extra_args.get("worker", [])
 
     def start(self) -> Endpoint:
@@ -265,12 +287,25 @@ class LocalCluster:
         deadline = time.monotonic() + timeout_s
         while True:
             self.check()
-            found = asyncio.run(_ping_counts(self.endpoint, want, operator))
+            urls: dict[str, str] = {}
+            found = asyncio.run(_ping_counts(self.endpoint, want, operator, urls))
             if all(found.get(kind, 0) >= count for kind, count in want.items()):
+                self.metrics_urls = dict(sorted(urls.items()))
+                self._record_metrics_urls()
                 return
             if time.monotonic() > deadline:
                 raise LocalClusterError(f"not ready after {timeout_s:.0f} s: answering {found}, want {want}")
             time.sleep(0.2)
+
+    def _record_metrics_urls(self) -> None:
+        """Add ``metrics_urls`` to ``up.json`` (commands that find the cluster read only their keys)."""
+        path = self.state_dir / UP_FILE
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return
+        found["metrics_urls"] = self.metrics_urls
+        path.write_text(json.dumps(found) + "\n")
 
     def wanted_answers(self) -> dict[str, int]:
         """How many instances of each kind must answer ``$SRV.PING`` before the cluster is ready."""

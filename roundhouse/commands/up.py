@@ -70,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
         gpus = "the GPUs NVML found" if real else f"{args.workers} workers x {args.gpus_per_worker} fake GPUs"
         print(f"roundhouse up: NATS {endpoint.nats} namespace {endpoint.namespace}; {gpus}; "
               f"logs in {cluster.state_dir / 'logs'}", flush=True)
+        if cluster.metrics_urls:
+            print(f"  Prometheus /metrics on 127.0.0.1 (recorded in {cluster.state_dir / 'up.json'}, "
+                  "metrics_urls):", flush=True)  # fmt: skip
+            for name, url in cluster.metrics_urls.items():
+                print(f"    {name:<10} {url}", flush=True)
         if cluster.auth is not None:
             print(f"  credentials in {cluster.auth.root}; commands here connect as {cluster.user or 'operator'} "
                   f"({cluster.user_creds})", flush=True)  # fmt: skip

@@ -10,6 +10,8 @@
 * With ``nvml_node_id`` set, the service also samples this host's GPUs through NVML every
   ``nvml_interval_s`` and publishes them as that node's ``NodeMetrics``; without NVML (no driver)
   it logs why once and carries on (``nvml.py``).
+* ``/metrics`` (with ``metrics_port``): every node's latest GPU readings, by node and GPU
+  (``services.runtime.prometheus.GpuCollector``): the cluster's utilization in one place.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from services.metrics.nvml import NvmlSampler
 from services.runtime.bus import Bus
 from services.runtime.config import ServiceConfig
 from services.runtime.kv import KVBucket, KVConflictError
+from services.runtime.prometheus import GpuCollector
 from services.runtime.service import RoundhouseService
 
 log = logging.getLogger("roundhouse.metrics")
@@ -90,6 +93,8 @@ class MetricsService(RoundhouseService):
         self._subs: list[Subscription] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
+        # /metrics: each node's latest GPU readings (the workers' NVML samples, or this host's).
+        self.metrics_registry.register(GpuCollector(self.nodes.values))
 
     async def start(self, bus: Bus) -> None:
         self._bus = bus

@@ -43,6 +43,20 @@ class ServiceConfig(BaseModel):
         description="Credentials file of this service's identity (`roundhouse auth`); required by a secured "
         "NATS (ROUNDHOUSE_CREDS).",
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Serve Prometheus /metrics over HTTP on this port: 0 picks a free one (logged, and "
+        "announced as metrics_url in $SRV.INFO); unset: no HTTP endpoint (docs/operations.md).",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        max_length=255,
+        description="Address /metrics listens on: loopback by default, since the series name users and "
+        "their queues; 0.0.0.0 only behind a firewall or network policy that admits Prometheus alone.",
+    )
     stream_replicas: int = Field(
         default=1,
         ge=1,

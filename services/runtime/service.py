@@ -2,7 +2,8 @@
 
 :func:`run_service` gives a service: uvloop, a bus connection that reconnects forever, the NATS
 services API (``$SRV.PING``, ``$SRV.INFO``, ``$SRV.STATS`` answer for every instance, so
-``nats micro ls`` and health checks work without extra endpoints), structured logs, and a graceful
+``nats micro ls`` and health checks work without extra endpoints), Prometheus ``/metrics`` over HTTP
+when ``metrics_port`` is set (``prometheus.py``), structured logs, and a graceful
 stop on SIGTERM/SIGINT: stop taking new work, let the service finish and ack what it has in hand,
 close its store, drain the connection. A second signal stops at once.
 """
@@ -18,7 +19,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -35,6 +36,7 @@ from services.runtime.auth.service_identity import check_service_identity, provi
 from services.runtime.bus import AuthenticationError, Bus, BusOptions
 from services.runtime.config import ServiceConfig
 from services.runtime.logs import configure_logging
+from services.runtime.prometheus import MetricsServer, ServiceCollector, new_registry
 from services.runtime.version import __version__
 
 log = logging.getLogger("roundhouse.service")
@@ -52,6 +54,11 @@ class RoundhouseService(abc.ABC):
         self.config = config
         self.instance = config.instance or f"{socket.gethostname()}-{os.getpid()}"
         self.started_at = time.time()
+        self.metrics_registry = new_registry()
+        """The service's Prometheus series (served at ``/metrics`` when ``metrics_port`` is set);
+        subclasses register their own collectors here."""
+        self.metrics_url: str | None = None
+        """Where ``/metrics`` is served once the service runs; None while off."""
 
     @abc.abstractmethod
     async def start(self, bus: Bus) -> None:
@@ -65,6 +72,16 @@ class RoundhouseService(abc.ABC):
         """Numbers for ``$SRV.STATS``; override to add the service's own."""
         return {}
 
+    def policy_info(self) -> tuple[str, Mapping[str, Any]] | None:
+        """The policy this service runs and its options (``roundhouse_policy_info``); None if none."""
+        policy = getattr(self, "policy", None)
+        name = getattr(policy, "name", None)
+        if isinstance(name, str):
+            return name, self.config.policy_options
+        if self.config.policy is not None:
+            return self.config.policy, self.config.policy_options
+        return None
+
 
 def _micro_version() -> str:
     # The services API insists on semantic versions; local builds may carry a suffix.
@@ -72,7 +89,7 @@ def _micro_version() -> str:
     return core if core.count(".") == 2 else "0.0.0"
 
 
-async def _announce(bus: Bus, service: RoundhouseService) -> MicroService:
+async def _announce(bus: Bus, service: RoundhouseService, metrics_url: str | None = None) -> MicroService:
     def current_stats() -> dict[str, Any]:
         uptime_s = time.time() - service.started_at
         return {"service": service.stats(), "bus": bus.stats.as_dict(), "uptime_s": uptime_s}
@@ -80,13 +97,16 @@ async def _announce(bus: Bus, service: RoundhouseService) -> MicroService:
     def stats_handler(_: EndpointStats) -> dict[str, Any]:
         return current_stats()
 
+    metadata = {"instance": service.instance, "namespace": service.config.namespace}
+    if metrics_url is not None:
+        metadata["metrics_url"] = metrics_url
     micro = await add_service(
         bus.nc,
         MicroConfig(
             name=f"roundhouse-{service.kind}",
             version=_micro_version(),
             description=service.description or f"Roundhouse {service.kind} service",
-            metadata={"instance": service.instance, "namespace": service.config.namespace},
+            metadata=metadata,
             stats_handler=stats_handler,
         ),
     )
@@ -122,9 +142,11 @@ async def run_service(service: RoundhouseService, *, stop: asyncio.Event | None 
     if waits_for_stream(creds):
         await _wait_for_stream(bus, service.kind)
     micro: MicroService | None = None
+    metrics: MetricsServer | None = None
     try:
         await service.start(bus)
-        micro = await _announce(bus, service)
+        metrics = await _serve_metrics(service, bus)
+        micro = await _announce(bus, service, metrics.url if metrics is not None else None)
         log.info("%s service started", service.kind, extra={"instance": service.instance})
         await stop.wait()
         log.info("%s service stopping", service.kind)
@@ -140,8 +162,29 @@ async def run_service(service: RoundhouseService, *, stop: asyncio.Event | None 
         if micro is not None:
             with contextlib.suppress(Exception):
                 await micro.stop()
+        if metrics is not None:
+            await metrics.close()
         await bus.close()
         log.info("%s service stopped", service.kind)
+
+
+async def _serve_metrics(service: RoundhouseService, bus: Bus) -> MetricsServer | None:
+    """Register what every service exposes and, with ``metrics_port`` set, serve ``/metrics``."""
+    config = service.config
+    service.metrics_registry.register(
+        ServiceCollector(
+            kind=service.kind, instance=service.instance, namespace=config.namespace, version=__version__,
+            started_at=service.started_at, stats=service.stats, bus_stats=bus.stats.as_dict,
+            policy=service.policy_info,
+        )
+    )  # fmt: skip
+    if config.metrics_port is None:
+        return None
+    server = MetricsServer(service.metrics_registry)
+    url = await server.start(config.metrics_host, config.metrics_port)
+    service.metrics_url = url
+    log.info("%s metrics at %s", service.kind, url, extra={"metrics_url": url})
+    return server
 
 
 def _service_credentials(service: RoundhouseService) -> Credentials | None:
@@ -211,4 +254,3 @@ def start_service_process(service: RoundhouseService) -> int:
         log.exception("%s service failed", service.kind)
         return 1
     return 0
-

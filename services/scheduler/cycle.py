@@ -79,6 +79,8 @@ class RoundCycle:
         self.plans_resynced = 0
         self.snapshots = SnapshotWriter()
         """What the placement instance we talk to holds (rounds carry their snapshot, as deltas)."""
+        self.on_round: Callable[[RoundTimings, RoundTrigger], None] | None = None
+        """Called with each completed round's timings (the Prometheus histograms, ``monitoring.py``)."""
         self._round_no = 0
         self._topology: Topology | None = None
         self._cluster: ClusterState | None = None
@@ -297,6 +299,8 @@ class RoundCycle:
         timings.dropped = len(valid.dropped)
         self.timings = timings
         self.rounds_run += 1
+        if self.on_round is not None:
+            self.on_round(timings, trigger)
         return valid
 
     async def on_plan(self, plan: PlacementPlan) -> None:

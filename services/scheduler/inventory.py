@@ -111,6 +111,10 @@ class Inventory:
             if node_id not in self._dead:
                 yield self._nodes[node_id]
 
+    def nodes(self) -> list[NodeInfo]:
+        """Every registered node, live or not, in node-id order."""
+        return [self._nodes[node_id] for node_id in sorted(self._nodes)]
+
     def touch_all(self, now: float) -> None:
         """Give every node a fresh TTL (a new leader does not know when they last spoke)."""
         for node in self._nodes.values():

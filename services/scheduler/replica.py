@@ -79,6 +79,9 @@ class Replica:
         self.lock = asyncio.Lock()
         self.refusals = RefusalLog(clock.monotonic, logger=log)
         """Messages refused for their source or their sender's rights (``trust.py``), by reason."""
+        self.on_landed: Callable[[Change], None] | None = None
+        """Called with each change once the store has it, before its in-memory effect (so the jobs
+        still show their previous values): the Prometheus counters (``monitoring.py``)."""
 
     # --- leadership -------------------------------------------------------------------------
     @property
@@ -128,6 +131,8 @@ class Replica:
 
     def _landed(self, change: Change) -> None:
         """A change is in the store: apply it in memory and hand released leases to the executor."""
+        if self.on_landed is not None:
+            self.on_landed(change)
         change.commit()
         if change.released and self.term is not None:
             self.term.executor.released(change.released)

@@ -42,6 +42,7 @@ from services.scheduler.execution import Execution
 from services.scheduler.facts import JobFacts
 from services.scheduler.inventory import Inventory
 from services.scheduler.leader import LeaderElection
+from services.scheduler.monitoring import SchedulerMonitor
 from services.scheduler.nodes import NodeFacts
 from services.scheduler.queries import answer, answer_admission, wait_applied_through
 from services.scheduler.replica import CONSUMERS, Replica
@@ -83,6 +84,9 @@ class SchedulerService(RoundhouseService):
             on_query=self._on_query, consumer_options=self.consumer_options,
             on_admission_query=self._on_admission_query,
         )  # fmt: skip
+        self.monitor = SchedulerMonitor(self.replica, self.metrics_registry)
+        self.replica.on_landed = self.monitor.landed
+        self.cycle.on_round = self.monitor.round_ended
 
     # --- lifecycle --------------------------------------------------------------------------
     async def start(self, bus: Bus) -> None:

@@ -53,6 +53,7 @@ from schemas.subjects import (
 from services.runtime.bus import Bus, BusError, RemoteError
 from services.runtime.checkpoint import CHECKPOINT_NAME
 from services.runtime.config import ServiceConfig
+from services.runtime.prometheus import GpuCollector
 from services.runtime.service import RoundhouseService
 from services.runtime.version import __version__
 from services.worker import two_phase
@@ -111,6 +112,10 @@ class WorkerService(RoundhouseService):
         self._loops: list[asyncio.Task[None]] = []
         self._subs: list[Any] = []
         self._metrics_seen: dict[str, tuple[int, int]] = {}
+        self.last_sample: NodeMetrics | None = None
+        """This node's latest GPU readings (NVML, or the fake inventory's), as published every
+        ``metrics_s``; ``/metrics`` shows them by GPU."""
+        self.metrics_registry.register(GpuCollector(lambda: [self.last_sample] if self.last_sample else []))
         self._checkpoints_seen: dict[str, int] = {}
         """lease id -> iteration of the last checkpoint reported with ``job.checkpointed``."""
         self.counters: dict[str, int] = dict.fromkeys(
@@ -867,6 +872,7 @@ class WorkerService(RoundhouseService):
             with contextlib.suppress(nats.errors.Error, BusError, ValueError):
                 sample = NodeMetrics(node_id=self.node_id, gpus=self.inventory.sample(busy),
                                      interval_s=self.cfg.metrics_s)
+                self.last_sample = sample
                 await self.bus.publish(node_metrics(self.node_id), sample)
 
     def _report_checkpoint(self, lease: Lease) -> None:
