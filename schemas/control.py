@@ -103,7 +103,13 @@ class JobView(WireModel):
     submit_time: _Time
     first_start_time: _Time | None = None
     finish_time: _Time | None = None
-    attained_service_s: Seconds = 0.0
+    attained_service_s: Seconds = Field(default=0.0, description="GPU-seconds held so far (GPUs x time, all runs).")
+    runtime_s: Seconds = Field(default=0.0, description="Seconds it has held GPUs, over all its runs, up to now.")
+    queue_position: int | None = Field(
+        default=None, ge=1, le=MAX_QUERY_JOBS,
+        description="A queued job's place among the waiting jobs in the last round's ranking (1: next); "
+        "None for other jobs and for jobs that arrived after that round.",
+    )  # fmt: skip
     iterations_done: Iteration = 0
     preemptions: Counter = 0
     reason: Reason | None = Field(

@@ -149,6 +149,7 @@ def _job_view() -> JobView:
         first_start_time=EXAMPLE_TS + 2.5,
         finish_time=None,
         attained_service_s=1200.0,
+        runtime_s=600.0,
         iterations_done=2400,
         preemptions=1,
         reason=None,
@@ -167,7 +168,14 @@ def _failed_job_view() -> JobView:
 def _killed_job_view() -> JobView:
     return JobView(
         job_id="job-0003", name="big", user="alice", job_class=JobClass.BE, status="failed", gpus=1,
-        submit_time=EXAMPLE_TS, reason="killed by signal 9 (SIGKILL) on node-01", signal=9,
+        submit_time=EXAMPLE_TS, reason="killed by signal 9 (SIGKILL) on node-01", signal=9, queue_position=None,
+    )  # fmt: skip
+
+
+def _queued_job_view() -> JobView:
+    return JobView(
+        job_id="job-0004", name="sweep-7", user="alice", job_class=JobClass.BE, status="queued", gpus=4,
+        submit_time=EXAMPLE_TS, queue_position=2, reason="needs 4 GPUs, 2 of 8 free; #2 of 3 waiting in round 17",
     )  # fmt: skip
 
 
@@ -539,6 +547,7 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
         _job_view(),
         _failed_job_view(),
         _killed_job_view(),
+        _queued_job_view(),
         JobView(job_id="j", name="n", user="u", job_class=JobClass.BE, status="queued", gpus=1, submit_time=0.0),
     ),
     JobsReply: lambda: (

@@ -4,7 +4,8 @@ Only a job's owner or an operator may cancel it. The scheduler enforces that whe
 cancel (a refused cancel changes nothing); this command first asks it (``query.jobs`` as this
 identity) which of the jobs exist and may be cancelled, so that a refusal is told to the user
 (``roundhouse cancel: permission denied: bob cannot cancel alice's job j-1``, exit code 1) rather than
-dropped silently, and publishes the cancel of the allowed ones only.
+dropped silently, and publishes the cancel of the allowed ones only. An unknown job (``no such job:
+j-9``) and a finished one (``j-1 already completed; nothing to cancel``) are errors too (issue 14).
 """
 
 from __future__ import annotations
@@ -95,14 +96,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report(outcome: Outcome) -> int:
-    """Print what happened to each job; 1 if any was refused or unknown."""
+    """Print what happened to each job; 1 if any was refused, unknown or already finished (nothing
+    was sent for those: a cancel the scheduler cannot apply would only be retried and dropped)."""
     if outcome.unchecked:
         print("roundhouse cancel: no scheduler is leading; the cancel is queued and checked when one leads",
               file=sys.stderr)  # fmt: skip
     for job_id in outcome.requested:
         print(f"{job_id} cancel requested")
     for job_id, status in outcome.finished.items():
-        print(f"{job_id} already {status}")
+        print(f"roundhouse cancel: {job_id} already {status}; nothing to cancel", file=sys.stderr)
     for message in outcome.errors:
         print(f"roundhouse cancel: {message}", file=sys.stderr)
-    return 1 if outcome.errors else 0
+    return 1 if outcome.errors or outcome.finished else 0

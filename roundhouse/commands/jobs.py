@@ -1,24 +1,55 @@
-"""`roundhouse jobs`: list jobs as the scheduler sees them (a table, or JSON with --json)."""
+"""`roundhouse jobs`: list jobs as the scheduler sees them (a table, or JSON with --json).
+
+Jobs come in queue order by default (:func:`queue_order`): queued jobs in the scheduler's order (the
+last round's ranking, ``queue_position``; jobs that arrived since, by submission), then held ones,
+running ones (earliest start first) and finished ones (earliest finish first). ``--status`` takes
+Roundhouse's statuses and Slurm's and Kueue's words (``statuses.py``); an unknown word is an error.
+
+What a listing needs (the client, the schemas, NATS) is imported when the command runs, not when
+the CLI starts (``roundhouse --help`` and every other command stay quick).
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from roundhouse.client import Client
-from roundhouse.commands.common import add_endpoint_flags, with_client
-from schemas.control import JobsQuery, JobsReply, JobView
-from services.runtime.bus import BusError, NoResponderError
+from roundhouse.commands.common import add_endpoint_flags
+from roundhouse.commands.statuses import UnknownStatusError, parse_statuses, valid_words
+
+if TYPE_CHECKING:
+    from roundhouse.client import Client
+    from schemas.control import JobsReply, JobView
+
+FINAL = frozenset({"completed", "failed", "cancelled", "rejected"})
+SORTS = ("queue", "id", "submitted")
+
+
+def _status_word(word: str) -> list[str]:
+    try:
+        return parse_statuses([word])
+    except UnknownStatusError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("jobs", help="list jobs (a table, or --json)")
+    parser = subparsers.add_parser(
+        "jobs", help="list jobs (a table, or --json)",
+        description="List jobs, in queue order unless --sort says otherwise: queued jobs in the scheduler's "
+        "order (its last round's ranking under the policy in force; jobs that arrived since, by submission), "
+        "then held jobs, running jobs (earliest start first) and finished ones (earliest finish first).",
+    )  # fmt: skip
     parser.add_argument("job_ids", nargs="*", metavar="ID", help="only these jobs")
     parser.add_argument("--all", action="store_true", help="include finished jobs")
     parser.add_argument("--user", help="only this user's jobs")
-    parser.add_argument("--status", action="append", default=[], help="only jobs in this status (repeatable)")
+    parser.add_argument(
+        "--status", action="append", default=[], type=_status_word, metavar="STATUS",
+        help=f"only jobs in this status (repeatable, or comma-separated): {valid_words()}",
+    )  # fmt: skip
+    parser.add_argument("--sort", choices=SORTS, default="queue", help="queue (default), id or submitted")
     parser.add_argument("--limit", type=int, default=1000)
     parser.add_argument("--json", action="store_true", help="print JSON: {\"jobs\": [...], \"truncated\": bool}")
     add_endpoint_flags(parser)
@@ -28,11 +59,61 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _age(ts: float | None, now: float) -> str:
     if ts is None:
         return "-"
-    seconds = max(0.0, now - ts)
+    return _duration(max(0.0, now - ts)) + " ago"
+
+
+def _duration(seconds: float) -> str:
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds / size:.0f}{unit}"
     return f"{seconds:.0f}s"
+
+
+def _runtime(seconds: float) -> str:
+    """``1:02:03`` (hours:minutes:seconds), as ``squeue``'s TIME; days as ``2-03:04:05``."""
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def _group(view: JobView) -> int:
+    if view.status == "queued":
+        return 0
+    if view.status == "held":
+        return 1
+    if view.status in FINAL:
+        return 3
+    return 2
+
+
+def queue_order(views: Iterable[JobView]) -> list[JobView]:
+    """Queued jobs by their place in the last round's ranking (those that arrived since after them,
+    by submission), then held jobs by submission, running jobs by start, finished jobs by finish."""
+
+    def key(view: JobView) -> tuple[int, int, float, str]:
+        group = _group(view)
+        if group == 0:
+            position = view.queue_position
+            return (group, position if position is not None else sys.maxsize, view.submit_time, view.job_id)
+        if group == 1:
+            return (group, 0, view.submit_time, view.job_id)
+        if group == 2:
+            started = view.first_start_time if view.first_start_time is not None else view.submit_time
+            return (group, 0, started, view.job_id)
+        return (group, 0, view.finish_time if view.finish_time is not None else view.submit_time, view.job_id)
+
+    return sorted(views, key=key)
+
+
+def ordered(views: list[JobView], sort: str) -> list[JobView]:
+    if sort == "id":
+        return sorted(views, key=lambda v: v.job_id)
+    if sort == "submitted":
+        return sorted(views, key=lambda v: (v.submit_time, v.job_id))
+    return queue_order(views)
 
 
 def one_line(reason: str | None) -> str:
@@ -47,22 +128,35 @@ def one_line(reason: str | None) -> str:
     return f"{head}: {lines[-1]}"
 
 
+HEADER = ("ID", "NAME", "USER", "CLASS", "STATUS", "GPUS", "PLACEMENT", "SUBMITTED", "START", "RUNTIME", "GPU-h",
+          "ITER", "PREEMPT", "REASON")  # fmt: skip
+
+
 def format_table(jobs: list[JobView], now: float) -> str:
-    header = ("ID", "NAME", "USER", "CLASS", "STATUS", "GPUS", "PLACEMENT", "SUBMITTED", "ITER", "PREEMPT", "REASON")
-    rows = [header]
+    rows = [HEADER]
     for job in jobs:
         placement = ",".join(f"{node}:{'+'.join(map(str, gpus))}" for node, gpus in job.placement.items()) or "-"
+        runtime = _runtime(job.runtime_s) if job.first_start_time is not None else "-"
+        gpu_hours = f"{job.attained_service_s / 3600:.2f}" if job.first_start_time is not None else "-"
         rows.append((job.job_id, job.name, job.user, job.job_class.value, job.status, str(job.gpus), placement,
-                     _age(job.submit_time, now) + " ago", str(job.iterations_done), str(job.preemptions),
-                     one_line(job.reason)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+                     _age(job.submit_time, now), _age(job.first_start_time, now), runtime, gpu_hours,
+                     str(job.iterations_done), str(job.preemptions), one_line(job.reason)))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 def run(args: argparse.Namespace) -> int:
+    import json
+
+    from roundhouse.commands.common import with_client
+    from schemas.control import JobsQuery
+    from services.runtime.bus import BusError, NoResponderError
+
+    statuses = [s for words in args.status for s in words]
+
     async def ask(client: Client) -> JobsReply:
-        query = JobsQuery(requester=client.identity, job_ids=args.job_ids, statuses=args.status, user=args.user,
-                          include_finished=args.all or bool(args.job_ids), limit=args.limit)
+        query = JobsQuery(requester=client.identity, job_ids=args.job_ids, statuses=list(dict.fromkeys(statuses)),
+                          user=args.user, include_finished=args.all or bool(args.job_ids), limit=args.limit)
         return await client.jobs(query)
 
     try:
@@ -80,15 +174,16 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"roundhouse jobs: cannot reach NATS: {exc}", file=sys.stderr)
         return 1
+    jobs = ordered(reply.jobs, args.sort)
     if args.json:
-        out: dict[str, object] = {"jobs": [j.model_dump(mode="json") for j in reply.jobs], "truncated": reply.truncated}
+        out: dict[str, object] = {"jobs": [j.model_dump(mode="json") for j in jobs], "truncated": reply.truncated}
         if reply.refused:
             out["refused"] = dict(reply.refused)
         print(json.dumps(out))
     else:
-        print(format_table(reply.jobs, time.time()))
+        print(format_table(jobs, time.time()))
         if reply.truncated:
-            print(f"(first {len(reply.jobs)} jobs; use --limit or filters for more)")
+            print(f"(first {len(jobs)} jobs; use --limit or filters for more)")
     # Someone else's job named by id: the scheduler says whose, nothing more (issue 13).
     for job_id, reason in sorted(reply.refused.items()):
         print(f"roundhouse jobs: {job_id}: {reason}", file=sys.stderr)

@@ -4,8 +4,9 @@ admission service starts from.
 A user (``query.jobs.<requester>``, vouched for by the broker) sees only their own jobs; an operator
 sees everyone's; a job of another user named by id is refused with its owner's name, nothing more.
 Unfinished jobs come from the leader's book (current to the last applied event, running jobs'
-attained service to ``now``); finished ones, when asked for, from the store. Results are sorted by
-job id and paged with ``after`` / ``limit``.
+attained service and runtime to ``now``); finished ones, when asked for, from the store. Results
+are sorted by job id and paged with ``after`` / ``limit``; each queued job carries its place in the
+last round's ranking (``queue_position``), by which ``roundhouse jobs`` shows the queue in order.
 
 A queued job that nothing held says why it waits (``waiting_reason``): the GPUs it needs against
 those free now (and on one node, which is what a consolidating placement needs), and its place
@@ -104,15 +105,23 @@ def _view_from_entry(entry: JobEntry, now: float, context: WaitingContext | None
     state = entry.state
     lease = entry.lease
     service = state.attained_service
+    runtime = state.executed_time
     placement: dict[str, list[int]] = {}
     if lease is not None:
         placement = {node: list(gpus) for node, gpus in lease.parts}
         start = state.last_start_time if state.last_start_time is not None else now
         service = entry.service0 + lease.gpu_count * max(0.0, now - start)
+        runtime = entry.executed0 + max(0.0, now - start)
     reason = entry.reason
-    if reason is None and context is not None and state.status is JobStatus.QUEUED:
-        reason = waiting_reason(state.spec.gpus, state.job_id, context)
-    return _view(state, service, placement, reason, exit_code=entry.exit_code, signal=entry.signal)
+    position = None
+    if context is not None and state.status is JobStatus.QUEUED:
+        position = context.positions.get(state.job_id)
+        if reason is None:
+            reason = waiting_reason(state.spec.gpus, state.job_id, context)
+    return _view(
+        state, service, placement, reason, runtime=runtime, position=position, exit_code=entry.exit_code,
+        signal=entry.signal,
+    )  # fmt: skip
 
 
 def _view(
@@ -121,6 +130,8 @@ def _view(
     placement: dict[str, list[int]],
     reason: str | None,
     *,
+    runtime: float,
+    position: int | None = None,
     exit_code: int | None = None,
     signal: int | None = None,
 ) -> JobView:
@@ -137,6 +148,8 @@ def _view(
         first_start_time=state.first_start_time,
         finish_time=state.finish_time,
         attained_service_s=service,
+        runtime_s=runtime,
+        queue_position=position,
         iterations_done=state.iterations_done,
         preemptions=state.preemptions,
         reason=reason,
@@ -188,8 +201,9 @@ def answer(
             continue
         state = record.to_state()
         views[record.job_id] = _view(
-            state, record.attained_service, {}, record.reason, exit_code=record.exit_code, signal=record.signal
-        )
+            state, record.attained_service, {}, record.reason, runtime=record.executed_time,
+            exit_code=record.exit_code, signal=record.signal,
+        )  # fmt: skip
     ordered = [views[j] for j in sorted(views)]
     truncated = len(ordered) > query.limit
     return JobsReply(jobs=ordered[: query.limit], truncated=truncated, epoch=epoch, refused=refused)
