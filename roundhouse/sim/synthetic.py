@@ -208,7 +208,10 @@ class FitGppSynthetic:
       reference FIFO starts the head of the queue on the node with the fewest free GPUs where its
       GPUs, CPUs and RAM fit (ties by node order) and blocks the queue when it does not fit, as
       Roundhouse's ``fifo`` ranking with the ``preempting`` placement does (no preemption), so
-      that run sees the same load. Every policy then replays the same arrival times.
+      that run sees the same load. Every policy then replays the same arrival times. With
+      ``backfill=True`` (the greedy reading of "FIFO", as Kubernetes schedules) the reference run
+      starts, after the head, every later queued job that fits, in queue order, like ``preempting``
+      with ``backfill=True``; the arrival times then keep the load of *that* FIFO at ``load``.
 
     Every quantity draws from its own stream (durations and GPUs ``shapes``, CPUs and RAM
     ``demand``, ``classes``, ``grace``, ``arrivals``), so adding the CPU/RAM draws moved nothing else.
@@ -223,6 +226,8 @@ class FitGppSynthetic:
     arrivals: str = "offered"
     node_cpus: float = 32.0
     node_memory_gb: float = 256.0
+    backfill: bool = False
+    """With ``arrivals="fifo"``: the reference FIFO backfills (starts later jobs that fit)."""
 
     def __post_init__(self) -> None:
         if not self.load > 0 or self.total_gpus < 1 or self.num_jobs < 1:
@@ -288,6 +293,7 @@ class FitGppSynthetic:
                 node_cpus=self.node_cpus,
                 node_memory_gb=self.node_memory_gb,
                 load=self.load,
+                backfill=self.backfill,
             ).timed(self.jobs())
             return
         rate_per_s = self.load * self.total_gpus / self.mean_gpu_seconds()
@@ -307,7 +313,8 @@ class FifoLoadArrivals:
     simulator): one queue, the head starts on the node with the fewest free GPUs where its GPUs,
     CPUs and RAM fit (ties by node order), else it blocks the queue; jobs run exactly their
     duration. A job is submitted at t = 0 or at a completion whenever the GPUs demanded by the jobs
-    in the system are below ``load`` x the cluster's GPUs.
+    in the system are below ``load`` x the cluster's GPUs. ``backfill``: a job that does not fit
+    blocks nobody; every later job that fits starts, in queue order (greedy FIFO).
     """
 
     nodes: int
@@ -315,6 +322,7 @@ class FifoLoadArrivals:
     node_cpus: float
     node_memory_gb: float
     load: float
+    backfill: bool = False
 
     def timed(self, jobs: Iterable[TraceJob], finishes: dict[int, float] | None = None) -> Iterator[TraceJob]:
         """``jobs`` (in order) with their ``arrival_s`` set; the records are updated in place.
@@ -332,24 +340,56 @@ class FifoLoadArrivals:
         in_system = 0
         now = 0.0
 
+        every_node = range(n)
+
+        def best_node(job: TraceJob, candidates: Iterable[int] = every_node) -> int:
+            """The node with the fewest free GPUs where ``job`` fits (ties by node order), or -1;
+            ``candidates``: the nodes to look at, in node order."""
+            g, c, m = job.gpus, job.cpus or 1.0, job.memory_gb or 4.0
+            best = -1
+            for node in candidates:
+                have = free_gpus[node]
+                if have < g or free_cpus[node] + 1e-9 < c or free_mem[node] + 1e-9 < m:
+                    continue
+                if best < 0 or have < free_gpus[best]:
+                    best = node
+            return best
+
+        def start(job: TraceJob, node: int) -> None:
+            free_gpus[node] -= job.gpus
+            free_cpus[node] -= job.cpus or 1.0
+            free_mem[node] -= job.memory_gb or 4.0
+            heapq.heappush(running, (now + job.duration_s, job.index, node, job))
+
         def start_head() -> None:
             while queue:
-                job = queue[0]
-                g, c, m = job.gpus, job.cpus or 1.0, job.memory_gb or 4.0
-                best = -1
-                for node in range(n):
-                    have = free_gpus[node]
-                    if have < g or free_cpus[node] + 1e-9 < c or free_mem[node] + 1e-9 < m:
-                        continue
-                    if best < 0 or have < free_gpus[best]:
-                        best = node
+                best = best_node(queue[0])
                 if best < 0:
-                    return
-                queue.popleft()
-                free_gpus[best] -= g
-                free_cpus[best] -= c
-                free_mem[best] -= m
-                heapq.heappush(running, (now + job.duration_s, job.index, best, job))
+                    break
+                start(queue.popleft(), best)
+            if not self.backfill or not queue:
+                return
+            # Greedy FIFO: every later job that fits, in queue order (the head stays blocked).
+            # Only nodes with a free GPU can take a job (every job needs one): usually a handful.
+            open_nodes = [node for node in every_node if free_gpus[node]]
+            if not open_nodes:
+                return
+            widest = max(free_gpus)
+            kept: deque[TraceJob] = deque()
+            while queue:
+                job = queue.popleft()
+                best = best_node(job, open_nodes) if job.gpus <= widest else -1
+                if best < 0:
+                    kept.append(job)
+                    continue
+                start(job, best)
+                open_nodes = [node for node in open_nodes if free_gpus[node]]
+                if not open_nodes:
+                    break
+                widest = max(free_gpus[node] for node in open_nodes)
+            kept.extend(queue)
+            queue.clear()
+            queue.extend(kept)
 
         def next_completions() -> None:
             nonlocal now, in_system

@@ -96,6 +96,10 @@ class SimConfig:
     record_jobs: bool = False
     """Keep each measured job's index, submit and first-start times and GPUs (``Outcome.job_index``
     ...), for per-job output; off by default: ~32 bytes per job that summaries do not need."""
+    record_reschedules: bool = False
+    """Keep, for every relaunch of a measured job after a preemption, how long it was out
+    (``Outcome.reschedule_s``, ``Outcome.suspended_s``): FitGpp §3's "intervals between preemptions
+    and re-scheduling"; off by default: 16 bytes per preemption."""
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -121,6 +125,13 @@ class Outcome:
     submit: array[float] = field(default_factory=lambda: array("d"))
     first_start: array[float] = field(default_factory=lambda: array("d"))
     gpus: array[int] = field(default_factory=lambda: array("q"))
+    reschedule_s: array[float] = field(default_factory=lambda: array("d"))
+    """With ``SimConfig.record_reschedules`` (else empty), one entry per relaunch of a measured job
+    after a preemption, in launch order: seconds from the preemption decision (the suspend prompt,
+    the start of the victim's grace period) to the decision that launches it again (FitGpp §3)."""
+    suspended_s: array[float] = field(default_factory=lambda: array("d"))
+    """The same relaunches: seconds from the end of the job's own checkpoint hold (its grace period:
+    when it gave its GPUs back) to when it runs again, i.e. the time it waited in the queue."""
     first_submit: float = INF
     last_finish: float = 0.0
     measured_total: int = 0
@@ -517,6 +528,9 @@ class Simulator:
             ready = preempted_at + job.checkpoint_s
             if ready > start:  # noqa: PLR1730
                 start = ready
+            if self.config.record_reschedules and job.measured:
+                self.out.reschedule_s.append(t - preempted_at)
+                self.out.suspended_s.append(start - ready)
         if start > t:
             # GPUs free before ``start`` are held for this job, idle, until it can begin: busy time,
             # counted here because ``alloc_since`` is ``start`` (a victim's checkpoint hold is its own).

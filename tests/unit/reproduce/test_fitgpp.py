@@ -89,6 +89,8 @@ def test_quick_reproduction() -> None:
         "te_p95_slowdown_change", "be_median_slowdown_change", "be_p95_slowdown_change",
         "preempted_jobs_vs_lrtp", "preempted_jobs_vs_rand",
         "be_median_slowdown_change_from_preemption", "be_p95_slowdown_change_from_preemption",
+        "reschedule_interval_p50_vs_lrtp", "reschedule_interval_p50_vs_rand",
+        "reschedule_interval_p95_vs_lrtp", "reschedule_interval_p95_vs_rand",
     }
     assert set(data["metrics"]) == keys
     for metric in data["metrics"].values():
