@@ -42,6 +42,7 @@ from typing import Any
 
 from roundhouse.local import _ping_counts
 from services.runtime.bus import Bus
+from services.runtime.logs import parse_timestamp
 from services.scheduler.leader import BUCKET as LEADER_BUCKET
 from services.scheduler.leader import KEY as LEADER_KEY
 from tests.chaos_cluster import (
@@ -124,8 +125,8 @@ async def renewed_at(bus: Bus) -> float | None:
 def claimed_at(cluster: ChaosCluster, instance: str, after: float) -> float | None:
     """The wall time of ``instance``'s first ``leading`` log line after ``after``."""
     for record in cluster.log_records(instance):
-        if record.get("msg") == "leading" and float(record.get("ts", 0)) > after:
-            return float(record["ts"])
+        if record.get("msg") == "leading" and (ts := parse_timestamp(record.get("ts", 0))) > after:
+            return ts
     return None
 
 

@@ -46,6 +46,7 @@ from schemas.subjects import SubjectSpec, durable_patterns, spec_for, subject_fo
 from services.runtime.auth.creds import Credentials, read_creds
 from services.runtime.consumer import ConsumerHandler, ConsumerOptions, DurableConsumer, MalformedHandler
 from services.runtime.kv import KVBucket
+from services.runtime.logs import bind_ids, reset_ids
 
 log = logging.getLogger("roundhouse.bus")
 
@@ -533,11 +534,14 @@ class Bus:
                 log.warning("dropped malformed message: %s", exc)
                 return
             stats.received += 1
+            ids = bind_ids(event)
             try:
                 await handler(event)  # type: ignore[arg-type]  # the decoder checked the model
             except Exception:
                 stats.handler_errors += 1
                 log.exception("handler for %s failed", msg.subject)
+            finally:
+                reset_ids(ids)
 
         return await self.nc.subscribe(self.wire(subject), queue=queue or "", cb=on_message)
 
@@ -586,6 +590,7 @@ class Bus:
                 await self._reply_error(msg, f"malformed request: {exc}")
                 return
             self.stats.received += 1
+            ids = bind_ids(event)
             try:
                 reply = await handler(event)  # type: ignore[arg-type]  # decode checked the model
             except Exception as exc:
@@ -593,6 +598,8 @@ class Bus:
                 log.exception("request handler for %s failed", msg.subject)
                 await self._reply_error(msg, f"{type(exc).__name__}: {exc}")
                 return
+            finally:
+                reset_ids(ids)
             if not isinstance(reply, reply_model):
                 await self._reply_error(msg, f"handler returned {type(reply).__name__}")
                 return

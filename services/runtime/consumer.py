@@ -45,6 +45,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy
 
 from schemas.base import Event
 from schemas.codec import MalformedMessageError, decode
+from services.runtime.logs import bind_ids, reset_ids
 
 if TYPE_CHECKING:
     from services.runtime.bus import Bus
@@ -369,6 +370,7 @@ class DurableConsumer(Generic[E]):
             await self._dead_letter(msg, f"malformed: {exc}")
             raise _Settled from None
         self._msg = msg
+        ids = bind_ids(event)
         try:
             return await self.handler(event)  # type: ignore[arg-type]  # decode checked the model
         except Unapplicable as exc:
@@ -379,6 +381,8 @@ class DurableConsumer(Generic[E]):
         except Exception as exc:
             await self._failed(msg, subject, exc)
             raise _Settled from None
+        finally:
+            reset_ids(ids)
 
     async def _failed(self, msg: Msg, subject: str, exc: Exception) -> None:
         """Retry later with back-off, or dead-letter on the last allowed delivery."""

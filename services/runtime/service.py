@@ -241,7 +241,7 @@ def start_service_process(service: RoundhouseService) -> int:
     """Entry point for ``roundhouse service KIND``: logs, loop, run; returns the exit code."""
     configure_logging(
         level=service.config.log_level, fmt=service.config.log_format,
-        service=service.kind, instance=service.instance,
+        service=service.kind, instance=service.instance, node_id=getattr(service.config, "node_id", None),
     )  # fmt: skip
     try:
         run_main(lambda: run_service(service))

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from schemas.control import JobsQuery
+from services.runtime.logs import parse_timestamp
 from services.runtime.store import Store
 from tests.chaos_cluster import (
     BROKER,
@@ -100,7 +101,7 @@ async def test_a_paused_leader_applies_and_acks_nothing_once_deposed(tmp_path: P
             resumed_at = cluster.resume(old_instance)
 
         def stepped_down() -> bool:
-            return any(r.get("msg", "").startswith("no longer leader") and float(r.get("ts", 0)) >= resumed_at
+            return any(r.get("msg", "").startswith("no longer leader") and parse_timestamp(r.get("ts", 0)) >= resumed_at
                        for r in cluster.log_records(old_instance))  # fmt: skip
 
         async def deposed() -> bool:

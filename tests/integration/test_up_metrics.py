@@ -92,3 +92,22 @@ def test_a_submitted_job_moves_the_scheduler_and_gpu_series(
     worker = scrape(urls[node])
     assert any(n == "roundhouse_gpu_utilization_ratio" and v > 0 for (n, _), v in worker.items())
     assert value(worker, "roundhouse_worker_leases") == 1.0
+
+
+def test_log_lines_are_iso_stamped_and_name_the_job_lease_and_node(cluster: LocalCluster) -> None:
+    """Issue 15, item 6: after the job above ran, the worker that ran it logged lines about it that
+    a shipper can select by ``job_id`` (and its lease and node), stamped in ISO 8601."""
+    deadline = time.monotonic() + 10
+    while True:
+        about: list[dict[str, object]] = []
+        for path in sorted((cluster.state_dir / "logs").glob("*.log")):
+            for line in path.read_text(errors="replace").splitlines():
+                if line.startswith("{"):
+                    record = json.loads(line)
+                    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", str(record["ts"])), record
+                    if record.get("job_id") == "metrics-up-1":
+                        about.append(record)
+        if any(r.get("service") == "worker" and r.get("lease_id") and r.get("node_id") for r in about):
+            break
+        assert time.monotonic() < deadline, about
+        time.sleep(0.2)
