@@ -1,4 +1,9 @@
-"""The `roundhouse` console script."""
+"""The `roundhouse` console script.
+
+Only the command being run is imported (``roundhouse.commands.COMMANDS`` lists the others with
+their help line), so ``roundhouse --help`` and a command's start cost a fraction of importing every
+command would (``benchmarks/cli.py``).
+"""
 
 from __future__ import annotations
 
@@ -6,25 +11,55 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from roundhouse import __version__
-from roundhouse.commands import load_commands
+from roundhouse.commands import BY_NAME, COMMANDS
 from roundhouse.commands.common import CommandFailed
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _version() -> str:
+    from services.runtime.version import __version__
+
+    return __version__
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, reading the installed version only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        parser.exit(message=f"roundhouse {_version()}\n")
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The sub-command ``argv`` names: its first word that is not an option (ours take no values)."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``argv``, only the command it names is imported and registered in full
+    (the others are listed by name and help); without, every command is."""
     parser = argparse.ArgumentParser(
         prog="roundhouse",
         description="Roundhouse: a GPU cluster scheduler for deep-learning training.",
     )
-    parser.add_argument("--version", action="version", version=f"roundhouse {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in load_commands():
-        module.register(subparsers)
+    wanted = None if argv is None else command_of(argv)
+    for command in COMMANDS:
+        if argv is None or command.name == wanted:
+            command.load().register(subparsers)
+        else:
+            subparsers.add_parser(command.name, help=command.help)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first `--` is a command line for the job (`roundhouse submit -- python x.py
     # --lr 0.1`), never options of ours; argparse's REMAINDER would also swallow our own options.
@@ -32,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv and (argv[0] if argv else "") != "service":
         cut = argv.index("--")
         argv, trailing = argv[:cut], argv[cut + 1 :]
+    parser = build_parser(argv if command_of(argv) in BY_NAME else [])
     args = parser.parse_args(argv)
     args.trailing = trailing
     handler = getattr(args, "handler", None)

@@ -13,16 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+from roundhouse.commands.common import add_endpoint_flags
+from roundhouse.commands.statuses import FINAL
 
-from roundhouse.client import Client
-from roundhouse.commands.common import add_endpoint_flags, with_client
-from schemas.control import JobsQuery, JobsReply
-from services.core.state import JobStatus
-from services.runtime.bus import BusError, NoResponderError
-
-_FINAL = frozenset(status.value for status in JobStatus if status.is_final)
+if TYPE_CHECKING:
+    from roundhouse.client import Client
+    from schemas.control import JobsReply
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,7 +58,7 @@ def judge(job_ids: list[str], reply: JobsReply | None) -> tuple[list[str], Outco
             outcome.errors.append(f"{reply.refused[job_id].replace(' cannot read ', ' cannot cancel ')} {job_id}")
         elif view is None:
             outcome.errors.append(f"no such job: {job_id}")
-        elif view.status in _FINAL:
+        elif view.status in FINAL:
             outcome.finished[job_id] = view.status
         else:
             allowed.append(job_id)
@@ -68,6 +66,12 @@ def judge(job_ids: list[str], reply: JobsReply | None) -> tuple[list[str], Outco
 
 
 def run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from roundhouse.commands.common import with_client
+    from schemas.control import JobsQuery
+    from services.runtime.bus import BusError, NoResponderError
+
     async def cancel(client: Client) -> Outcome:
         job_ids: list[str] = list(args.job_ids)
         query = JobsQuery(requester=client.identity, job_ids=job_ids, include_finished=True, limit=len(job_ids))

@@ -1,18 +1,15 @@
-"""Flags and helpers shared by the commands that talk to a running Roundhouse."""
+"""Flags and helpers shared by the commands that talk to a running Roundhouse (light to import:
+what talking needs is imported by :func:`with_client` when it runs)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from roundhouse.client import Client
-from roundhouse.endpoint import resolve
-from services.runtime.auth.creds import CredentialsError, read_creds
-from services.runtime.bus import AuthenticationError
+if TYPE_CHECKING:
+    from roundhouse.client import Client
 
 T = TypeVar("T")
 
@@ -40,7 +37,18 @@ def with_client(args: argparse.Namespace, work: Callable[[Client], Awaitable[T]]
     """Connect as the flags say, run ``work``, disconnect.
 
     Credentials that cannot be used, or that the broker refuses, end the command with the reason
-    (:class:`CommandFailed`: exit code 2 for a bad file, 1 for a refusal), whatever the command."""
+    (:class:`CommandFailed`: exit code 2 for a bad file, 1 for a refusal), whatever the command.
+
+    The client, NATS and the schemas are imported here, when a command talks to a cluster, not when
+    the CLI starts."""
+    import asyncio
+    import logging
+
+    from roundhouse.client import Client
+    from roundhouse.endpoint import resolve
+    from services.runtime.auth.creds import CredentialsError, read_creds
+    from services.runtime.bus import AuthenticationError
+
     endpoint = resolve(args.nats, args.namespace, creds=getattr(args, "creds", None))
     command = f"roundhouse {getattr(args, 'command', '') or ''}".rstrip()
     # The bus logs each failed connection attempt (useful in a service's log); a command reports

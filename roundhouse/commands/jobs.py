@@ -18,13 +18,12 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from roundhouse.commands.common import add_endpoint_flags
-from roundhouse.commands.statuses import UnknownStatusError, parse_statuses, valid_words
+from roundhouse.commands.statuses import FINAL, UnknownStatusError, parse_statuses, valid_words
 
 if TYPE_CHECKING:
     from roundhouse.client import Client
     from schemas.control import JobsReply, JobView
 
-FINAL = frozenset({"completed", "failed", "cancelled", "rejected"})
 SORTS = ("queue", "id", "submitted")
 
 

@@ -18,10 +18,12 @@ How the others' words map (what a user of ``squeue -t`` or ``kubectl get workloa
 
 from __future__ import annotations
 
-__all__ = ["ALIASES", "STATUSES", "UnknownStatusError", "parse_statuses", "valid_words"]
+__all__ = ["ALIASES", "FINAL", "STATUSES", "UnknownStatusError", "parse_statuses", "valid_words"]
 
 STATUSES: tuple[str, ...] = ("held", "queued", "running", "completed", "failed", "cancelled", "rejected")
 """Roundhouse's job statuses (``JobStatus`` values), in a job's life order."""
+FINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled", "rejected"})
+"""The statuses a job ends in (``JobStatus.is_final``)."""
 
 _WAITING = ("queued", "held")
 

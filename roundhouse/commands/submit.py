@@ -5,6 +5,8 @@
 
 The spec is validated here first, so a malformed one is refused with the field and the rule before
 anything is sent; then admission's verdict is printed (accepted, held or rejected, with the reason).
+What it needs beyond parsing its flags (pydantic, the client, YAML for a spec file) is imported when
+it runs.
 """
 
 from __future__ import annotations
@@ -13,14 +15,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from pydantic import ValidationError
-
-from roundhouse.client import Client, NoVerdictError, Verdict
 from roundhouse.commands.common import add_endpoint_flags, with_client
-from schemas.job import JobSpec
+
+if TYPE_CHECKING:
+    from roundhouse.client import Client, Verdict
+    from schemas.job import JobSpec
 
 EXIT_REJECTED = 3
 
@@ -53,6 +54,8 @@ class SpecError(ValueError):
 
 
 def _from_file(path: Path) -> dict[str, Any]:
+    import yaml  # only for a spec file: flags and a command line need no YAML
+
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -65,6 +68,10 @@ def _from_file(path: Path) -> dict[str, Any]:
 
 
 def build_spec(args: argparse.Namespace) -> JobSpec:
+    from pydantic import ValidationError
+
+    from schemas.job import JobSpec
+
     fields: dict[str, Any] = _from_file(args.spec) if args.spec else {}
     command = list(getattr(args, "trailing", []))
     if command:
@@ -106,6 +113,8 @@ def _print(verdict: Verdict, as_json: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from roundhouse.client import NoVerdictError
+
     try:
         spec = build_spec(args)
     except SpecError as exc:

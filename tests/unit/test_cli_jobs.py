@@ -7,7 +7,7 @@ import pytest
 
 from roundhouse.cli import main
 from roundhouse.commands.jobs import format_table, one_line, queue_order
-from roundhouse.commands.statuses import ALIASES, STATUSES, UnknownStatusError, parse_statuses
+from roundhouse.commands.statuses import ALIASES, FINAL, STATUSES, UnknownStatusError, parse_statuses
 from schemas.control import JobView
 from schemas.job import JobClass
 from services.core.state import JobStatus
@@ -21,6 +21,7 @@ def view(job_id: str, status: str = "queued", **fields: object) -> JobView:
 def test_the_statuses_are_the_schedulers() -> None:
     assert tuple(s.value for s in JobStatus) == STATUSES
     assert all(set(statuses) <= set(STATUSES) for statuses in ALIASES.values())
+    assert {s.value for s in JobStatus if s.is_final} == FINAL
 
 
 @pytest.mark.parametrize(
