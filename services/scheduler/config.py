@@ -33,6 +33,19 @@ class SchedulerConfig(ServiceConfig):
     plan_timeout_s: float = Field(default=5.0, gt=0, le=600, description="Wait for placement.plan.")
     leader_ttl_s: float = Field(default=5.0, gt=0.3, le=600, description="TTL of the leader key.")
     lease_ttl_s: float = Field(default=30.0, gt=0, le=86_400, description="Worker lease TTL.")
+    node_silent_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=86_400,
+        description="A node not heard from for this long offers no free GPUs to new work (reasons and "
+        "placement); its leases still stand until lease_ttl_s. Default: half of lease_ttl_s, at least two "
+        "heartbeats (workers beat at most every lease_ttl_s / 4); a stopping worker says so at once.",
+    )
+
+    @property
+    def silent_after_s(self) -> float:
+        """``node_silent_s``, or half the lease TTL."""
+        return self.node_silent_s if self.node_silent_s is not None else self.lease_ttl_s / 2
     revoke_margin_s: float = Field(
         default=5.0, ge=0, le=3600, description="Wait past a revoke's grace period before reusing GPUs."
     )

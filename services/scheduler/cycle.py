@@ -30,6 +30,7 @@ from services.core.state import UNAVAILABLE, ClusterState, JobState, JobStatus
 from services.runtime.store import RecordRound, RoundRecord, StaleWriteError, WriteOp
 from services.scheduler.execution import Execution
 from services.scheduler.executor import DeposedError
+from services.scheduler.inventory import NodeInfo
 from services.scheduler.queries import WaitingContext
 from services.scheduler.replica import Replica
 from services.scheduler.rounds import ValidPlan, validate_plan
@@ -152,10 +153,10 @@ class RoundCycle:
                 current[job_id] = topology.lease_gpus(lease)
             except UnknownGpuError:
                 continue
-        draining = [info for info in topology.infos if info.draining]
-        if draining:  # their free GPUs are held by a marker, so no policy places work there
+        withheld = self._withheld(topology)
+        if withheld:  # their free GPUs are held by a marker, so no policy places work there
             taken = {g for gpus in current.values() for g in gpus}
-            current[UNAVAILABLE] = tuple(g for info in draining for g in topology.to_global(info.node_id, info.gpus)
+            current[UNAVAILABLE] = tuple(g for info in withheld for g in topology.to_global(info.node_id, info.gpus)
                                          if g not in taken)  # fmt: skip
         for job_id, gpus in list(assigned.items()):
             if current.get(job_id) != gpus:
@@ -168,6 +169,14 @@ class RoundCycle:
         book.refresh(now, topology, restore_allowance_s=self.replica.cfg.restore_allowance_s)
         return topology, cluster
 
+    def _withheld(self, topology: Topology) -> list[NodeInfo]:
+        """Live nodes that take no new work now: draining, or silent past ``node_silent_s`` (a node
+        that departed or lost its network). Their leases stand until the TTL; their free GPUs are
+        not offered (issue 15, item 4)."""
+        inventory = self.replica.inventory
+        now = self.replica.clock.monotonic()
+        return [info for info in topology.infos if not inventory.takes_work(info, now)]
+
     def waiting_context(self) -> WaitingContext:
         """The cluster now (live GPUs, every held lease assigned) and the last round's order, to
         say why queued jobs wait. A fresh ``ClusterState``: the round's own is as of its snapshot."""
@@ -177,6 +186,10 @@ class RoundCycle:
         for job_id, lease in book.held_gpus():
             with contextlib.suppress(UnknownGpuError):  # a lease on a node that went silent
                 cluster.assign(job_id, topology.lease_gpus(lease))
+        withheld = [g for info in self._withheld(topology) for g in topology.to_global(info.node_id, info.gpus)
+                    if cluster.is_free(g)]  # fmt: skip
+        if withheld:  # not free for the reasons either: "needs 4 GPUs, 0 of 8 free"
+            cluster.assign(UNAVAILABLE, tuple(withheld))
         number, ranked = self.last_ranked
 
         def is_waiting(job_id: str) -> bool:
@@ -281,7 +294,7 @@ class RoundCycle:
             # fail validation below and are dropped with a reason.
             log.info("fill round %d: dropped %d suspensions", number, len(plan.suspend))
             plan = plan.model_copy(update={"suspend": []})
-        valid = validate_plan(plan, r.book, r.inventory, dict(ranking.gpu_targets))
+        valid = validate_plan(plan, r.book, r.inventory, dict(ranking.gpu_targets), now=r.clock.monotonic())
         if valid.dropped:
             log.info("round %d: dropped %d plan parts: %s", number, len(valid.dropped), valid.dropped[:5])
         await self.execution.execute(valid, term, timings)

@@ -40,8 +40,11 @@ class NodeInfo:
 class Inventory:
     """Registered nodes and their liveness; ``version`` changes whenever the live set could."""
 
-    def __init__(self, lease_ttl_s: float) -> None:
+    def __init__(self, lease_ttl_s: float, silent_s: float | None = None) -> None:
         self.lease_ttl_s = lease_ttl_s
+        self.silent_s = silent_s if silent_s is not None else lease_ttl_s
+        """A live node not heard from for this long takes no new work (its leases stand until
+        ``lease_ttl_s``)."""
         self._nodes: dict[str, NodeInfo] = {}
         self._dead: set[str] = set()
         self.version = 0
@@ -104,6 +107,13 @@ class Inventory:
             self._dead.update(newly)
             self.version += 1
         return newly
+
+    def takes_work(self, node: NodeInfo, now: float) -> bool:
+        """Whether new work may go to ``node`` at monotonic ``now``: live, not draining (a departing
+        agent says it drains as it stops) and heard from within ``silent_s``."""
+        return (
+            node.node_id not in self._dead and not node.draining and now - node.last_seen < self.silent_s
+        )
 
     def live(self) -> Iterator[NodeInfo]:
         """Live nodes in node-id order (the cluster order placement breaks ties by)."""

@@ -70,7 +70,7 @@ class Replica:
         self.cfg = cfg
         self.clock = clock
         self.book = JobBook()
-        self.inventory = Inventory(cfg.lease_ttl_s)
+        self.inventory = Inventory(cfg.lease_ttl_s, silent_s=cfg.silent_after_s)
         self.store: Store | None = None
         self.bus: Bus | None = None
         self.election: LeaderElection | None = None

@@ -32,6 +32,7 @@ to free GPUs for launches is executed only together with at least one of them.
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass, field
 
 from schemas.rounds import PlacementPlan, RoundTrigger
@@ -161,8 +162,14 @@ class ValidPlan:
         return not (self.suspend or self.launch or self.terminate)
 
 
-def validate_plan(plan: PlacementPlan, book: JobBook, inventory: Inventory, gpu_targets: dict[str, int]) -> ValidPlan:
-    """Keep the parts of ``plan`` that are valid against the book and the live nodes now."""
+def validate_plan(
+    plan: PlacementPlan, book: JobBook, inventory: Inventory, gpu_targets: dict[str, int], *, now: float | None = None
+) -> ValidPlan:
+    """Keep the parts of ``plan`` that are valid against the book and the live nodes now; with the
+    monotonic ``now``, a launch onto a node silent past ``Inventory.silent_s`` is dropped too."""
+    if now is None:
+        now = -math.inf  # no clock given: silence is not judged
+
     out = ValidPlan()
     for job_id, reason in plan.terminate.items():
         entry = book.entry(job_id)
@@ -212,6 +219,9 @@ def validate_plan(plan: PlacementPlan, book: JobBook, inventory: Inventory, gpu_
             node = inventory.get(part.node_id)
             if node is None or not inventory.is_live(part.node_id) or node.draining:
                 problem = f"node {part.node_id} is not live"
+                break
+            if not inventory.takes_work(node, now):
+                problem = f"node {part.node_id} has been silent for {now - node.last_seen:.0f} s"
                 break
             for g in part.gpus:
                 key = (part.node_id, g)

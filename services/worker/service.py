@@ -163,6 +163,10 @@ class WorkerService(RoundhouseService):
         if self.draining:
             return
         self.draining = True
+        # Say so at once: the scheduler stops counting this node's free GPUs (issue 15, item 4)
+        # instead of offering them until the node has been silent for a while.
+        with contextlib.suppress(nats.errors.Error, BusError, TimeoutError):
+            await asyncio.wait_for(self._heartbeat(), 1.0)
         budget = self.cfg.drain_timeout_s
         for lease in self.table:
             if not lease.stopping:
