@@ -87,7 +87,7 @@ class JobSpec(WireModel):
     memory_gb: float = Field(default=4.0, gt=0, le=16384, description="Host RAM in GiB.")
     job_class: JobClass = Field(default=JobClass.BE, description="TE (trial-and-error) or BE (best-effort).")
     priority: int = Field(
-        default=0, ge=-1000, le=1000, description="Higher runs first where a policy uses it."
+        default=0, ge=-1000, le=1000, description="Tier: higher ranks first, whatever the policy."
     )
     grace_period_s: float = Field(
         default=30.0, ge=0, le=86_400, description="Time allowed to checkpoint after a revoke."

@@ -35,7 +35,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--user", help="user the job runs for (default and only choice with credentials: the credentials' identity)"
     )
-    parser.add_argument("--priority", type=int)
+    parser.add_argument(
+        "--priority", type=int,
+        help="tier, -1000..1000 (default 0): higher tiers rank before lower ones under any policy, and may "
+        "preempt them under a preemptive one; the policy orders jobs within a tier",
+    )  # fmt: skip
     parser.add_argument("--grace", type=float, dest="grace_period_s", help="seconds to checkpoint after a revoke")
     parser.add_argument("--expected-duration", type=float, dest="expected_duration_s")
     parser.add_argument("--expected-iterations", type=int)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from services.core.decisions import Admission, Placement, Plan, Ranking
 from services.core.fill import fill_only_plan, fill_only_ranking
 from services.core.protocols import AdmissionPolicy, PlacementPolicy, SchedulingPolicy
-from services.core.state import ClusterState, JobState
+from services.core.state import TIERS, ClusterState, JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,33 @@ def diff_plan(placement: Placement, ranking: Ranking, jobs: Mapping[str, JobStat
     return Plan(launch=launch, suspend=tuple(suspend), terminate=terminate)
 
 
+def by_priority(ranking: Ranking, jobs: Mapping[str, JobState]) -> Ranking:
+    """Priority tiers ranked before the policy's order (issue 14, item 5).
+
+    Jobs rank by ``spec.priority`` (``JobState.priority``, which the simulator answers without
+    building a trace job's spec) first, higher first, and within one priority in the policy's
+    order (a stable sort). So who may preempt whom follows: under a preemptive policy placement
+    suspends a running job only for one ranked above it, which is now any job of a higher tier, or
+    one of the same tier the policy puts first; a job never preempts one of a higher tier, and
+    under a non-preemptive policy (``preempt=False``: fifo, fitgpp) tiers only say who gets free
+    GPUs first. A sustained stream of higher-tier work can starve a lower tier, as Slurm's partition
+    priority tiers do; the policy's own starvation guard acts within a tier.
+
+    With every job at one priority (the default, 0) the policy's ranking is returned as it is: at no
+    cost while this process never made a job of another priority (``state.TIERS``: trace-driven
+    simulations, clusters that do not use priorities), else after one pass over the jobs. Otherwise the order is
+    materialised and the placement hints (``running``, ``waiting``, ``key``) are dropped, so
+    placement walks the whole order; ``terminate``, ``gpu_targets`` and ``preempt`` are kept.
+    """
+    if not TIERS.seen or len({job.priority for job in jobs.values()}) <= 1:
+        return ranking
+    priorities = {job_id: job.priority for job_id, job in jobs.items()}
+    order = sorted(ranking.order, key=lambda job_id: -priorities.get(job_id, 0))
+    return Ranking(
+        order=tuple(order), terminate=ranking.terminate, gpu_targets=ranking.gpu_targets, preempt=ranking.preempt
+    )
+
+
 def rank_step(
     scheduling: SchedulingPolicy,
     jobs: Mapping[str, JobState],
@@ -68,10 +95,11 @@ def rank_step(
     ranking: Ranking | None = None,
 ) -> Ranking:
     """The scheduling half of a round: the policy's ranking (or ``ranking``, when the caller already
-    has it from an incremental fast path that equals ``rank()``), restricted for a fill round
-    (``services.core.fill``)."""
+    has it from an incremental fast path that equals ``rank()``), priority tiers first
+    (:func:`by_priority`), restricted for a fill round (``services.core.fill``)."""
     if ranking is None:
         ranking = scheduling.rank(jobs, cluster, now)
+    ranking = by_priority(ranking, jobs)
     return fill_only_ranking(ranking, jobs) if fill_only else ranking
 
 

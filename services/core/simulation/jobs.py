@@ -124,6 +124,14 @@ class SimJobState(JobState):
         self._spec = value
 
     @property
+    def priority(self) -> int:
+        """``spec.priority`` without building the spec: a spec built from a trace has the default
+        tier (``spec_for`` sets none), so only a spec given or built already can say otherwise.
+        Every round reads it for every job (``by_priority``)."""
+        spec = self._spec
+        return 0 if spec is None else spec.priority
+
+    @property
     def resumed_at(self) -> float | None:
         """When the current run's progress starts or started: after restore + relaunch (None unless
         running)."""
