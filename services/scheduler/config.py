@@ -61,6 +61,11 @@ class SchedulerConfig(ServiceConfig):
     query_finished_limit: int = Field(
         default=10_000, ge=0, le=1_000_000, description="Finished jobs read from the store per query."
     )
+    max_user_priority: int = Field(
+        default=0, ge=-1000, le=1000,
+        description="Highest priority tier a user who is not an operator may submit at; higher asks run at this "
+        "tier (operators may use any).",
+    )
     operators: tuple[str, ...] = Field(
         default=("operator",),
         max_length=1000,

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from typing import Any
 
+from schemas.job import JobSpec
 from schemas.jobs import (
     JobAccepted,
     JobArrived,
@@ -71,6 +72,17 @@ _LeaseFact = JobStarted | JobCheckpointed | JobSuspended | JobCompleted | JobFai
 """A worker's fact about a lease it ran: checked against its source before it is applied."""
 
 
+def allowed_priority(spec: JobSpec, max_user_priority: int, operators: Collection[str]) -> JobSpec:
+    """``spec`` with its priority capped at ``max_user_priority`` unless an operator submitted it.
+
+    A priority tier preempts lower tiers (issue 14): left to each user, anyone could put their jobs
+    above everyone else's. As in Slurm, raising a job's tier is the operators' call; lowering one's
+    own is always allowed."""
+    if spec.priority <= max_user_priority or spec.user in operators:
+        return spec
+    return spec.model_copy(update={"priority": max_user_priority})
+
+
 class JobFacts:
     """The handlers of the job subjects' durable consumers, plus two fast readers (module doc)."""
 
@@ -98,10 +110,15 @@ class JobFacts:
     # --- admission's facts and user intent ---------------------------------------------------
     async def on_arrived(self, event: JobArrived) -> Awaitable[None] | None:
         r = self.replica
+        spec = allowed_priority(event.spec, r.cfg.max_user_priority, r.cfg.operators)
+        if spec is not event.spec:
+            log.warning("job %s: %s may submit at priority %d at most, not %d; it runs at %d",
+                        event.job_id, event.spec.user, r.cfg.max_user_priority, event.spec.priority, spec.priority,
+                        extra={"job_id": event.job_id})  # fmt: skip
         # Pipelined (see Replica.commit_later): a fetched batch of arrivals becomes one transaction.
         async with r.lock:
             pending = r.commit_later(
-                r.book.arrived(event.job_id, event.spec, event.ts),
+                r.book.arrived(event.job_id, spec, event.ts),
                 event_id=event.event_id,
                 consumer=CONSUMERS[JOB_ARRIVED],
                 on_conflict=lambda: log.info("job %s already exists; ignoring its new job.arrived", event.job_id),

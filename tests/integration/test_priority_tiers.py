@@ -23,7 +23,8 @@ def spec(name: str, *, duration: float, priority: int) -> JobSpec:
 async def test_a_higher_tier_preempts_and_a_lower_tier_waits(broker: Broker, namespace: str, tmp_path: Path) -> None:
     async with cluster(broker, namespace, tmp_path) as c:
         await c.start_workers({"n0": 1})
-        s = await c.start_scheduler(policy="srtf")
+        # The jobs' owner ("default") is an operator here: only operators may raise a job's tier.
+        s = await c.start_scheduler(policy="srtf", operators=("operator", "default"))
         await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader with one node")
         await c.submit("short", spec("short", duration=100.0, priority=0))
         await wait_for(lambda: running_jobs(s) == {"short"}, what="short running")
@@ -41,3 +42,21 @@ async def test_a_higher_tier_preempts_and_a_lower_tier_waits(broker: Broker, nam
             await s.run_round()
             reply = await c.query()
         assert sorted(queue(), key=lambda q: q[1] or 0) == [("short", 1), ("tiny-low", 2)]
+
+
+async def test_a_user_cannot_raise_their_own_tier(broker: Broker, namespace: str, tmp_path: Path) -> None:
+    """Issue 13 meets 14: a tier preempts lower tiers, so raising one is an operator's call; a user's
+    ask above ``max_user_priority`` runs at that tier (and preempts nobody)."""
+    async with cluster(broker, namespace, tmp_path) as c:
+        await c.start_workers({"n0": 1})
+        s = await c.start_scheduler(policy="srtf")  # operators: "operator" only
+        await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader with one node")
+        await c.submit("short", spec("short", duration=100.0, priority=0))
+        await wait_for(lambda: running_jobs(s) == {"short"}, what="short running")
+        await c.submit("pushy", spec("pushy", duration=10_000.0, priority=999))
+        await wait_for(lambda: "pushy" in s.book.jobs, what="pushy arrived")
+        assert s.book.jobs["pushy"].state.spec.priority == 0
+        for _ in range(3):
+            await s.run_round()
+        assert running_jobs(s) == {"short"}
+        assert s.book.jobs["short"].state.preemptions == 0
