@@ -51,8 +51,11 @@ Every job counts (no warm-up window is cut), as the paper states no window.
 Cost: the ``preempting`` placement recomputes free CPU/RAM per node from the running jobs every
 round (a round on every arrival and completion), about 0.3-0.5 ms a round at 84 nodes, so the
 paper's 2^19 jobs x 8 cases take hours of CPU; ``python -m roundhouse.reproduce.fitgpp --num-jobs N``
-runs a smaller full-cluster version (docs/reproductions.md records 2^17 jobs). With the load kept
-at 2.0 the queue is stationary, so a shorter run measures the same distributions, with more noise.
+runs a smaller full-cluster version (docs/reproductions.md records 2^17 jobs). Only FIFO's queue
+is stationary (the load is kept at 2.0 under FIFO); the other cases replay FIFO's arrival times
+open-loop, at about their own capacity, so under strict FIFO their BE slowdowns depend on the run's
+length (``be_by_quarter`` in the details shows it); under ``--backfill`` every case stays close to
+stationary. With ``--backfill`` a case costs about 2-4x more (190-460 s at 2^17 jobs).
 """
 
 from __future__ import annotations
