@@ -82,6 +82,7 @@ from services.runtime.store import Store
 from services.scheduler.leader import BUCKET as LEADER_BUCKET
 from services.scheduler.leader import KEY as LEADER_KEY
 from tests.attacker import Attacker, AttackerRefusedError, poll
+from tests.local_up import local_up
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -108,13 +109,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         # Backfill: the job that can never be placed must not hold up the ones behind it.
         extra_args={"placement": ["--policy-options", json.dumps({"backfill": True})]},
     )  # fmt: skip
-    running = LocalCluster(config)
-    running.start()
-    try:
-        running.wait_ready()
+    with local_up(config) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @dataclass(slots=True)

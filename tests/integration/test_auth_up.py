@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from roundhouse.cli import main
 from roundhouse.endpoint import DEFAULT_STATE_DIR, UP_FILE
 from roundhouse.local import LocalCluster, LocalClusterConfig
 from services.runtime.bus import AuthenticationError, Bus
+from tests.local_up import cli_where_up_ran, local_up
 
 
 @pytest.fixture(scope="module")
@@ -24,20 +24,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         state_dir=root / DEFAULT_STATE_DIR, workers=2, gpus_per_worker=2, round_s=1.0, emulate=True, speedup=10.0,
         user="alice", log_level="INFO",
     )  # fmt: skip
-    running = LocalCluster(config)
-    running.start()
-    try:
-        running.wait_ready()
+    with local_up(config) as running:
         yield running
-    finally:
-        running.stop()
 
 
-def run_cli(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
-    monkeypatch.chdir(cluster.state_dir.parent)  # where `roundhouse up` ran: ./.roundhouse/up.json
-    monkeypatch.delenv("ROUNDHOUSE_NATS", raising=False)
-    monkeypatch.delenv("ROUNDHOUSE_CREDS", raising=False)
-    return main(list(args))
+run_cli = cli_where_up_ran
 
 
 def test_up_generates_private_credentials_and_names_the_users_in_up_json(cluster: LocalCluster) -> None:

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from roundhouse.cli import main
 from roundhouse.endpoint import DEFAULT_STATE_DIR
 from roundhouse.local import LocalCluster, LocalClusterConfig
+from tests.local_up import cli_where_up_ran, local_up
 
 FAILS = (
     "import sys; print('loading data'); "
@@ -39,20 +39,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         state_dir=root / DEFAULT_STATE_DIR, workers=1, gpus_per_worker=2, round_s=0.5, user="alice",
         scheduler="fifo", log_level="INFO",
     )  # fmt: skip
-    running = LocalCluster(config)
-    running.start()
-    try:
-        running.wait_ready()
+    with local_up(config) as running:
         yield running
-    finally:
-        running.stop()
 
 
-def cli(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
-    monkeypatch.chdir(cluster.state_dir.parent)  # where `roundhouse up` ran: ./.roundhouse/up.json
-    monkeypatch.delenv("ROUNDHOUSE_NATS", raising=False)
-    monkeypatch.delenv("ROUNDHOUSE_CREDS", raising=False)
-    return main(list(args))
+cli = cli_where_up_ran
 
 
 def submit(

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from roundhouse.cli import main
 from roundhouse.endpoint import DEFAULT_STATE_DIR, UP_FILE
 from roundhouse.local import SERVICE_ORDER, LocalCluster, LocalClusterConfig
+from tests.local_up import local_up
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -27,13 +28,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         state_dir=root / DEFAULT_STATE_DIR, workers=2, gpus_per_worker=2, round_s=1.0, emulate=True, speedup=10.0,
         user="alice", extra_args={"worker": ["--metrics-s", "0.2"]},
     )  # fmt: skip
-    running = LocalCluster(config)
-    running.start()
-    try:
-        running.wait_ready()
+    with local_up(config) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def scrape(url: str) -> Samples:
