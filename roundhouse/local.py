@@ -13,11 +13,24 @@ reverse order of dependence: workers first (their jobs checkpoint and report), t
 Every service and worker serves Prometheus ``/metrics`` on a free loopback port (``--metrics-port
 0``); each announces its URL in its ``$SRV.PING`` metadata, which :meth:`LocalCluster.wait_ready`
 collects into ``metrics_urls`` (by service kind, workers by node id) and records in ``up.json``.
+
+One ``up`` per state directory: :meth:`LocalCluster.start` takes an exclusive ``flock`` on
+``<state>/up.lock`` (holding the pid) before anything starts, so a second one there refuses and names
+the first's pid; the kernel drops the lock when its process ends, so a crashed ``up`` never leaves a
+stale one. A restart in the same directory reuses the namespace recorded in ``<state>/cluster.json``
+(and the credentials in ``<state>/auth``, which ``AuthDirectory.init`` keeps), so the scheduler's
+store, the broker's streams and the identities all stay one cluster's: a queued job is picked up again.
+
+Each policy service gets its own options (``scheduler_options``, ``admission_options``,
+``placement_options`` as ``--policy-options``); the policy names and options are checked against the
+registries before anything starts. ``ROUNDHOUSE_POLICY`` and ``ROUNDHOUSE_POLICY_OPTIONS`` are not
+passed to the children (they would apply to every service at once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
@@ -28,11 +41,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Final
 
 from roundhouse.client import default_identity
 from roundhouse.endpoint import UP_FILE, Endpoint
 from schemas.ids import is_token
 from schemas.roles import RESERVED_NAMES, Role, inbox_prefix
+from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING, Registry
 from services.runtime.auth import CREDS_ENV, AuthDirectory, Credentials, read_creds
 from services.runtime.broker import Broker
 from services.scheduler.config import SchedulerConfig
@@ -40,6 +55,15 @@ from services.scheduler.config import SchedulerConfig
 log = logging.getLogger("roundhouse.up")
 
 SERVICE_ORDER = ("metrics", "placement", "admission", "scheduler")
+POLICY_REGISTRIES: Final[dict[str, Registry[Any]]] = {
+    "scheduler": SCHEDULING, "admission": ADMISSION, "placement": PLACEMENT,
+}  # fmt: skip
+"""The services that run a policy, and where their policy names are registered."""
+LOCK_FILE: Final = "up.lock"
+STATE_FILE: Final = "cluster.json"
+"""What a restart in the same state directory must reuse: the namespace."""
+SHARED_POLICY_ENV: Final = ("ROUNDHOUSE_POLICY", "ROUNDHOUSE_POLICY_OPTIONS")
+"""Environment settings every service would read alike; ``up`` sets each service's own instead."""
 
 
 async def _ping_counts(
@@ -91,6 +115,86 @@ class LocalClusterError(RuntimeError):
     """A part of the local cluster failed to start or died."""
 
 
+class StateDirLocked(LocalClusterError):
+    """Another ``up`` holds the state directory."""
+
+    def __init__(self, state_dir: Path, pid: int | None) -> None:
+        who = f"pid {pid}" if pid is not None else "a process whose pid it did not record yet"
+        super().__init__(
+            f"{state_dir} is in use by another `roundhouse up` ({who}); stop it first, or use another --state-dir"
+        )
+        self.pid = pid
+
+
+class StateDirLock:
+    """An exclusive ``flock`` on ``<state>/up.lock`` that holds the owner's pid. The kernel releases
+    it when the owning process exits, however it exits, so a crash leaves no stale lock (the file may
+    remain, unlocked, and is simply taken by the next ``up``). The descriptor is not inherited by
+    children: orphans of a crashed ``up`` do not hold it."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.path = state_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        if self._fd is not None:
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                pid = self._holder(fd)
+            finally:
+                os.close(fd)
+            raise StateDirLocked(self.state_dir, pid) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    @staticmethod
+    def _holder(fd: int, wait_s: float = 1.0) -> int | None:
+        """The pid the holder wrote (it writes just after locking: wait a moment for it)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            if text.isdigit():
+                return int(text)
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            os.ftruncate(fd, 0)  # no pid left behind; the file stays (unlinking a lock file races)
+        finally:
+            os.close(fd)  # releases the flock
+
+
+def check_policies(config: LocalClusterConfig) -> None:
+    """Each policy service's name and options, built once from the registries: raise
+    ``LocalClusterError`` (naming the valid policies, or the option refused) before anything starts."""
+    for kind, registry in POLICY_REGISTRIES.items():
+        name: str = getattr(config, kind)
+        options: dict[str, Any] = getattr(config, f"{kind}_options")
+        try:
+            registry.check(name, options, label=f"--{kind}-options")
+        except ValueError as exc:
+            raise LocalClusterError(f"--{kind}: {exc}") from None
+
+
 def detect_gpus() -> int:
     """GPUs NVML can see here (0 without a driver)."""
     try:
@@ -115,10 +219,15 @@ class LocalClusterConfig:
     scheduler: str = "las"
     placement: str = "consolidated"
     admission: str = "accept-all"
+    scheduler_options: dict[str, Any] = field(default_factory=dict)
+    """Keyword options of the scheduling policy (the scheduler's ``--policy-options``), and so on:"""
+    placement_options: dict[str, Any] = field(default_factory=dict)
+    admission_options: dict[str, Any] = field(default_factory=dict)
     round_s: float = 30.0
     emulate: bool = False
     speedup: float = 1.0
     namespace: str = ""
+    """"": the one recorded in the state directory by an earlier run, else a fresh one."""
     log_level: str = "INFO"
     extra_args: dict[str, list[str]] = field(default_factory=dict)
     """Additional flags per service kind (e.g. {"scheduler": ["--lease-ttl-s", "5"]})."""
@@ -154,6 +263,9 @@ class LocalCluster:
         """The cluster's identities (None: no authentication)."""
         self.metrics_urls: dict[str, str] = {}
         """``/metrics`` of each service (by kind) and worker (by node id), once ``wait_ready`` returned."""
+        self.lock = StateDirLock(self.state_dir)
+        self.namespace_reused = False
+        """Whether ``start`` took the namespace an earlier run recorded in the state directory."""
 
     # --- identities -----------------------------------------------------------------------------------
     OPERATOR = "operator"
@@ -197,10 +309,37 @@ class LocalCluster:
         )
         self.broker.authorization = self.auth.server_config_path
 
+    def _recorded_namespace(self) -> str:
+        """The namespace an earlier run here used: ``cluster.json``'s, else (a state directory from
+        before it was recorded) the one ``up.json`` names."""
+        for name in (STATE_FILE, UP_FILE):
+            try:
+                found = json.loads((self.state_dir / name).read_text())
+            except (OSError, ValueError):
+                continue
+            namespace = found.get("namespace") if isinstance(found, dict) else None
+            if isinstance(namespace, str) and namespace:
+                return namespace
+        return ""
+
+    def _namespace(self) -> str:
+        """This run's namespace, recorded for the next: the state directory's own if it has one."""
+        recorded = self._recorded_namespace()
+        wanted = self.config.namespace
+        if recorded and wanted and wanted != recorded:
+            raise LocalClusterError(
+                f"{self.state_dir} holds the state (jobs, streams, credentials) of namespace {recorded!r}, not "
+                f"{wanted!r}: leave out --namespace (or pass {recorded!r}) to go on with it, or use another --state-dir"
+            )
+        self.namespace_reused = bool(recorded)
+        namespace = recorded or wanted or f"rh{uuid.uuid4().hex[:8]}"
+        (self.state_dir / STATE_FILE).write_text(json.dumps({"namespace": namespace}) + "\n")
+        return namespace
+
     def _start_broker(self) -> Endpoint:
         """Issue credentials (for the namespace), start the broker, write ``up.json``."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        namespace = self.config.namespace or f"rh{uuid.uuid4().hex[:8]}"
+        namespace = self._namespace()
         if self.auth is not None:
             self._issue_credentials(namespace)
         url = self.broker.start()
@@ -219,7 +358,9 @@ class LocalCluster:
     @staticmethod
     def _child_env() -> dict[str, str]:
         # Each child gets its own --creds; the caller's ROUNDHOUSE_CREDS must not stand in for them.
-        env = {key: value for key, value in os.environ.items() if key != CREDS_ENV}
+        # ROUNDHOUSE_POLICY(_OPTIONS) would apply to every service alike; each gets its own flags instead.
+        dropped = {CREDS_ENV, *SHARED_POLICY_ENV}
+        env = {key: value for key, value in os.environ.items() if key not in dropped}
         return {**env, "PYTHONUNBUFFERED": "1"}
 
     def _spawn(self, name: str, args: list[str]) -> Child:
@@ -243,7 +384,8 @@ class LocalCluster:
                 "--log-level", config.log_level, "--instance", f"{kind}-local"]
         policy = {"scheduler": config.scheduler, "placement": config.placement, "admission": config.admission}
         if kind in policy:
-            args += ["--policy", policy[kind]]
+            options = getattr(config, f"{kind}_options")
+            args += ["--policy", policy[kind], "--policy-options", json.dumps(options)]
         if kind == "scheduler":
             round_s = config.round_s / config.speedup if config.emulate else config.round_s
             args += ["--db", str(self.state_dir / "scheduler"), "--round-s", str(round_s)]
@@ -271,12 +413,26 @@ class LocalCluster:
         return args + config.extra_args.get("worker", [])
 
     def start(self) -> Endpoint:
-        self._start_broker()
-        assert self.endpoint is not None
-        for kind in SERVICE_ORDER:
-            self._spawn(kind, self._service_args(kind))
-        for index in range(len(self.node_ids)):
-            self._spawn(f"worker-{index}", self._worker_args(index))
+        """Check the policies, lock the state directory, start the broker, the services and the workers.
+
+        Raises ``LocalClusterError`` (``StateDirLocked`` when another ``up`` runs here) with nothing left
+        running."""
+        check_policies(self.config)
+        for name in SHARED_POLICY_ENV:
+            if name in os.environ:
+                log.warning("%s is ignored by up (it would apply to every service): use --scheduler-options, "
+                            "--admission-options or --placement-options", name)  # fmt: skip
+        self.lock.acquire()
+        try:
+            self._start_broker()
+            assert self.endpoint is not None
+            for kind in SERVICE_ORDER:
+                self._spawn(kind, self._service_args(kind))
+            for index in range(len(self.node_ids)):
+                self._spawn(f"worker-{index}", self._worker_args(index))
+        except BaseException:
+            self.stop()
+            raise
         return self.endpoint
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
@@ -335,7 +491,10 @@ class LocalCluster:
                     child.process.kill()
                     child.process.wait()
         self.children.clear()
-        self.broker.stop()
+        try:
+            self.broker.stop()
+        finally:
+            self.lock.release()
 
     def __enter__(self) -> LocalCluster:
         self.start()

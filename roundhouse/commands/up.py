@@ -6,6 +6,12 @@ logs). ``roundhouse submit``, ``jobs`` and ``cancel`` find the running cluster t
 authentication and enforces each role's permissions, and ``up`` generates every identity into
 ``./.roundhouse/auth/`` (``--insecure`` runs an open broker instead). Ctrl-C (or SIGTERM) stops
 everything cleanly: workers first, so running jobs checkpoint, then the services, then the broker.
+
+Run ``up`` again in the same directory and it goes on where it stopped: the same namespace (recorded
+in ``cluster.json``), the same credentials, the scheduler's jobs and the broker's streams. One ``up``
+per state directory: a second one there refuses and names the first's pid. Each policy service takes
+its own options (``--scheduler-options`` and so on, JSON objects as ``roundhouse simulate`` takes
+them); policy names and options are checked before anything starts.
 """
 
 from __future__ import annotations
@@ -16,24 +22,70 @@ import sys
 import threading
 from pathlib import Path
 
-from roundhouse.local import LocalCluster, LocalClusterConfig, LocalClusterError, detect_gpus
+from roundhouse.commands.simulate import _options as policy_options
+from roundhouse.local import (
+    POLICY_REGISTRIES,
+    LocalCluster,
+    LocalClusterConfig,
+    LocalClusterError,
+    check_policies,
+    detect_gpus,
+)
 from schemas.roles import Role, validate_identity
+from services.core.registry import PolicyPackageError
+
+_POLICY_HELP = {"scheduler": "scheduling", "admission": "admission", "placement": "placement"}
+_OPTION_EXAMPLES = {
+    "scheduler": '\'{"starvation_s": 3600}\' for las',
+    "admission": '\'{"max_jobs": 4}\' for user-quota',
+    "placement": "'{}'",
+}
+
+
+def _valid_names(kind: str) -> str:
+    try:
+        return ", ".join(POLICY_REGISTRIES[kind].names())
+    except PolicyPackageError as exc:
+        return f"(cannot list: {exc})"
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends each option's default, unless its help says it already or it is an off switch."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, ""):
+            return text
+        return super()._get_help_string(action)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("up", help="run broker, services and local workers (Ctrl-C stops)")
-    parser.add_argument("--state-dir", type=Path, default=Path(".roundhouse"))
-    parser.add_argument("--workers", type=int, default=2, help="local workers (default 2)")
-    parser.add_argument("--gpus-per-worker", type=int, default=4, help="fake GPUs per worker (default 4)")
+    parser = subparsers.add_parser(
+        "up", help="run broker, services and local workers (Ctrl-C stops)", description=__doc__,
+        formatter_class=_HelpFormatter,
+    )  # fmt: skip
+    parser.add_argument("--state-dir", type=Path, default=Path(".roundhouse"),
+                        help="broker data, the scheduler's database, credentials, logs; one `up` at a time")
+    parser.add_argument("--workers", type=int, default=2, help="local workers")
+    parser.add_argument("--gpus-per-worker", type=int, default=4, help="fake GPUs per worker")
     parser.add_argument("--fake-gpus", action="store_true", help="use fake GPUs even if NVML finds real ones")
-    parser.add_argument("--scheduler", default="las", help="scheduling policy (default las)")
-    parser.add_argument("--placement", default="consolidated", help="placement policy (default consolidated)")
-    parser.add_argument("--admission", default="accept-all", help="admission policy (default accept-all)")
+    policies = parser.add_argument_group("policies (checked before anything starts)")
+    for kind, default in (("scheduler", "las"), ("placement", "consolidated"), ("admission", "accept-all")):
+        policies.add_argument(f"--{kind}", default=default, metavar="NAME",
+                              help=f"{_POLICY_HELP[kind]} policy, one of: {_valid_names(kind)}")
+    for kind in ("scheduler", "placement", "admission"):
+        policies.add_argument(f"--{kind}-options", type=policy_options, default={}, metavar="JSON",
+                              help=f"keyword options of the {_POLICY_HELP[kind]} policy, for the {kind} "
+                                   f"service only (as `roundhouse simulate` takes them), e.g. "
+                                   f"{_OPTION_EXAMPLES[kind]}")  # fmt: skip
     parser.add_argument("--round", type=float, default=30.0, dest="round_s", help="round length in seconds")
     parser.add_argument("--emulate", action="store_true", help="emulate job progress instead of running jobs")
     parser.add_argument("--speedup", type=float, default=1.0, help="with --emulate: clock speed-up factor")
-    parser.add_argument("--namespace", default="", help="namespace on the broker (default: a fresh one)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--namespace", default="",
+                        help="namespace on the broker (default: the one recorded in --state-dir by an earlier "
+                             "run, else a fresh one; another than the recorded one is refused)")  # fmt: skip
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="services' log level")
     parser.add_argument(
         "--insecure", action="store_true",
         help="no authentication: anyone who can reach the NATS port may do anything (never on a shared host)",
@@ -55,20 +107,32 @@ def run(args: argparse.Namespace) -> int:
     real = not args.fake_gpus and not args.emulate and detect_gpus() > 0
     config = LocalClusterConfig(
         state_dir=args.state_dir, workers=args.workers, gpus_per_worker=args.gpus_per_worker, real_gpus=real,
-        scheduler=args.scheduler, placement=args.placement, admission=args.admission, round_s=args.round_s,
-        emulate=args.emulate, speedup=args.speedup, namespace=args.namespace, log_level=args.log_level,
+        scheduler=args.scheduler, placement=args.placement, admission=args.admission,
+        scheduler_options=args.scheduler_options, placement_options=args.placement_options,
+        admission_options=args.admission_options, round_s=args.round_s, emulate=args.emulate, speedup=args.speedup,
+        namespace=args.namespace, log_level=args.log_level,
         auth=not args.insecure, user=args.user,
     )  # fmt: skip
+    try:
+        check_policies(config)
+    except LocalClusterError as exc:
+        print(f"roundhouse up: {exc}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     cluster = LocalCluster(config)
+    try:
+        endpoint = cluster.start()  # nothing is left running when it raises
+    except LocalClusterError as exc:
+        print(f"roundhouse up: {exc}", file=sys.stderr)
+        return 1
     code = 0
     try:
-        endpoint = cluster.start()
         cluster.wait_ready()
         gpus = "the GPUs NVML found" if real else f"{args.workers} workers x {args.gpus_per_worker} fake GPUs"
-        print(f"roundhouse up: NATS {endpoint.nats} namespace {endpoint.namespace}; {gpus}; "
+        reused = " (reused from the state directory)" if cluster.namespace_reused else ""
+        print(f"roundhouse up: NATS {endpoint.nats} namespace {endpoint.namespace}{reused}; {gpus}; "
               f"logs in {cluster.state_dir / 'logs'}", flush=True)
         if cluster.metrics_urls:
             print(f"  Prometheus /metrics on 127.0.0.1 (recorded in {cluster.state_dir / 'up.json'}, "
