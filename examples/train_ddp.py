@@ -1,12 +1,13 @@
 """The same MLP trained data-parallel with torch.distributed over several ranks: NCCL on the leased
 GPUs where CUDA sees them, gloo on the CPU otherwise (``--device cpu`` forces the CPU).
 
-A worker agent starts one process per granted GPU (fake or real) with ``MASTER_ADDR``,
-``MASTER_PORT``, ``RANK`` and ``WORLD_SIZE`` set, on one node or several. On a revoke every rank
-stops after the same iteration (two-phase preemption) and rank 0 writes the one checkpoint that
-every rank restores from.
+Submitted with ``--distributed``, a worker agent starts one process per granted GPU (fake or real)
+with ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` set, on one node
+(rendezvous on 127.0.0.1 and a free port) or several. Without it the job is one process, a world of
+one, seeing all its GPUs. On a revoke every rank stops after the same iteration (two-phase
+preemption) and rank 0 writes the one checkpoint that every rank restores from.
 
-    roundhouse submit --name ddp --gpus 2 -- python examples/train_ddp.py --iterations 2000
+    roundhouse submit --name ddp --gpus 2 --distributed -- python examples/train_ddp.py --iterations 2000
 
 Standalone, two ranks on this machine:
 
@@ -40,6 +41,9 @@ def main(argv: list[str] | None = None) -> None:
         if restored is not None and job.rank == 0:
             print(f"resumed from {restored.path} at iteration {restored.iteration}", flush=True)
         loss = fit(args, job, model, make_loader(args, make_data(args), job), optimizer, device=device)
+        # Every rank leaves the training loop after the same iteration; meet once more before tearing the
+        # group down, so no rank's gloo/NCCL threads lose their peer mid-exit (an abort at shutdown).
+        dist.barrier()
         state = "stopped for the lease" if job.stopping else "finished"
         print(f"rank {job.rank}: {state} at iteration {job.iteration}, last loss {loss}", flush=True)
     finally:

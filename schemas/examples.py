@@ -118,6 +118,7 @@ def _spec_full() -> JobSpec:
         loss_target=0.05,
         env={"NCCL_DEBUG": "WARN"},
         workdir="/home/alice/resnet",
+        distributed=True,
     )
 
 

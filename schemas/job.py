@@ -109,7 +109,14 @@ class JobSpec(WireModel):
         description="Extra environment variables; ROUNDHOUSE_* is reserved for the worker.",
     )
     workdir: _AbsPath | None = Field(
-        default=None, description="Absolute working directory on the node; None: the agent's default."
+        default=None,
+        description="Absolute working directory on the node (`submit` sets the directory it ran in); "
+        "None: the agent's own. A launch fails if it does not exist there.",
+    )
+    distributed: bool = Field(
+        default=False,
+        description="One process per granted GPU, each with torch.distributed's rank, world size and "
+        "rendezvous environment; False: one process seeing all the node's granted GPUs.",
     )
 
     @field_validator("command")

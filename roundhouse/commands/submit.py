@@ -2,6 +2,11 @@
 
     roundhouse submit job.yaml
     roundhouse submit --gpus 2 --kind te --name trial -- python train.py --lr 0.1
+    roundhouse submit --gpus 2 --distributed -- python examples/train_ddp.py
+
+The job's working directory is the directory `submit` ran in (``--workdir`` or a spec's ``workdir:``
+overrides it), as with ``sbatch``; ``--distributed`` starts one process per GPU with torch.distributed's
+environment, otherwise a job is one process seeing all its GPUs.
 
 The spec is validated here first, so a malformed one is refused with the field and the rule before
 anything is sent; then admission's verdict is printed (accepted, held or rejected, with the reason).
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +50,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--expected-duration", type=float, dest="expected_duration_s")
     parser.add_argument("--expected-iterations", type=int)
     parser.add_argument("--model", help="model/profile hint, e.g. resnet50")
+    parser.add_argument(
+        "--workdir", help="working directory of the job's processes on the node (default: this directory, "
+        "made absolute; it must exist on the node, as on a shared file system)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--distributed", action="store_true", default=None,
+        help="one process per GPU with torch.distributed's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (default: "
+        "one process seeing all the job's GPUs)",
+    )  # fmt: skip
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
     parser.add_argument("--id", dest="job_id", help="job id (default: generated)")
     parser.add_argument("--no-wait", action="store_true", help="do not wait for admission's verdict")
@@ -81,10 +96,16 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
     if command:
         fields["command"] = command
     for flag in ("gpus", "name", "user", "priority", "grace_period_s", "expected_duration_s",
-                 "expected_iterations", "model"):
+                 "expected_iterations", "model", "distributed"):
         value = getattr(args, flag)
         if value is not None:
             fields[flag] = value
+    if args.workdir is not None:
+        fields["workdir"] = os.path.abspath(args.workdir)
+    elif "workdir" not in fields:
+        # As sbatch does: the job runs where it was submitted from (a shared file system), so relative
+        # script paths work; the worker fails the launch if the directory is not on its node.
+        fields["workdir"] = os.getcwd()
     if args.kind:
         fields["job_class"] = args.kind.upper()
     if args.env:

@@ -1,10 +1,22 @@
 """Start a lease's training processes (argv, no shell) and stop them (SIGTERM, then SIGKILL).
 
-One process per node for a single-node job (``world`` is None: rank 0 of 1, every granted GPU
-visible); one process per granted GPU for a job with a :class:`~schemas.leases.WorldInfo` (global
-rank = ``rank_offset`` + local index, one GPU visible each), which is what torch.distributed expects.
-Each process gets its own channel file and log file and its own session, so a signal reaches the
-whole process group (a DataLoader's workers included).
+How many processes a grant gets:
+
+* ``spec.distributed`` false and one node (``world`` is None): ONE process, rank 0 of 1, seeing every
+  granted GPU (``CUDA_VISIBLE_DEVICES``): a plain script with ``--gpus 8`` is one process with 8 GPUs,
+  not 8 copies of itself.
+* ``spec.distributed`` true on one node: one process per granted GPU (rank = local rank = its index,
+  one GPU visible each), rendezvous on ``MASTER_ADDR=127.0.0.1`` and a ``MASTER_PORT`` free on this
+  node, picked at launch.
+* A grant with a :class:`~schemas.leases.WorldInfo` (the job spans several nodes): one process per
+  granted GPU, global rank = ``rank_offset`` + local index, rendezvous at the coordinator node's host
+  and port (the scheduler's).
+
+Every process gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK``,
+``MASTER_ADDR`` and ``MASTER_PORT`` (what ``torch.distributed``'s ``env://`` init and ``torchrun``
+scripts expect), so even a world of one may call ``init_process_group``. Each process gets its own
+channel file and log file and its own session, so a signal reaches the whole process group (a
+DataLoader's workers included).
 """
 
 from __future__ import annotations
@@ -13,6 +25,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +35,8 @@ from schemas.leases import LeaseGrant
 from services.worker.channel import Channel
 
 __all__ = [
-    "LaunchError", "RankPlan", "RankProcess", "job_environment", "launch", "plan_ranks", "stderr_tail",
+    "LaunchError", "RankPlan", "RankProcess", "free_port", "job_environment", "launch", "plan_ranks",
+    "stderr_tail",
 ]
 
 
@@ -44,6 +58,8 @@ def plan_ranks(grant: LeaseGrant) -> list[RankPlan]:
     """The processes this node runs for ``grant`` (see the module doc)."""
     world = grant.world
     if world is None:
+        if grant.spec.distributed:
+            return [RankPlan(i, i, len(grant.gpus), (gpu,)) for i, gpu in enumerate(grant.gpus)]
         return [RankPlan(0, 0, 1, tuple(grant.gpus))]
     return [
         RankPlan(world.rank_offset + i, i, world.world_size, (gpu,)) for i, gpu in enumerate(grant.gpus)
@@ -78,11 +94,16 @@ def job_environment(
     namespace: str,
     base: Mapping[str, str],
     agent_pid: int | None = None,
+    local_world_size: int = 1,
+    master_port: int | None = None,
 ) -> dict[str, str]:
     """The environment of one rank: the agent's, then the spec's, then Roundhouse's (which win).
 
     ``ROUNDHOUSE_AGENT_PID`` (``agent_pid``) lets ``roundhouse.train`` notice on its own that the
-    agent is gone, should the lease's watchdog be gone too."""
+    agent is gone, should the lease's watchdog be gone too. ``local_world_size`` is the number of
+    processes this node runs for the grant; ``master_port`` the rendezvous port of a grant on one
+    node (``world`` None: ``MASTER_ADDR`` is then 127.0.0.1); without it such a grant gets no
+    ``MASTER_*``."""
     env = dict(base)
     # The agent's own credentials are the node's identity on the bus: a job's code must not inherit
     # them (it could then speak as the node). Jobs should also run as another OS user than the
@@ -111,17 +132,36 @@ def job_environment(
         env["ROUNDHOUSE_RESUME_FROM"] = grant.resume_from
     if grant.resume_iteration is not None:
         env["ROUNDHOUSE_RESUME_ITERATION"] = str(grant.resume_iteration)
+    for key in ("MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)  # never the agent's or another job's rendezvous
+    env.update({
+        "RANK": str(plan.rank),
+        "WORLD_SIZE": str(plan.world_size),
+        "LOCAL_RANK": str(plan.local_rank),
+        "LOCAL_WORLD_SIZE": str(local_world_size),
+        "NODE_RANK": str(grant.world.node_rank if grant.world is not None else 0),
+    })  # fmt: skip
     if grant.world is not None:
-        env.update({
-            "MASTER_ADDR": grant.world.coordinator_host,
-            "MASTER_PORT": str(grant.world.coordinator_port),
-            "RANK": str(plan.rank),
-            "WORLD_SIZE": str(plan.world_size),
-            "LOCAL_RANK": str(plan.local_rank),
-        })  # fmt: skip
-    else:
-        env.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
+        env["MASTER_ADDR"] = grant.world.coordinator_host
+        env["MASTER_PORT"] = str(grant.world.coordinator_port)
+    elif master_port is not None:
+        env["MASTER_ADDR"] = LOCAL_MASTER_ADDR
+        env["MASTER_PORT"] = str(master_port)
     return env
+
+
+LOCAL_MASTER_ADDR: Final = "127.0.0.1"
+"""Rendezvous address of a job on one node: its ranks all run here."""
+
+
+def free_port(host: str = LOCAL_MASTER_ADDR) -> int:
+    """A TCP port free on ``host`` now (the kernel's pick), for a one-node job's ``MASTER_PORT``.
+
+    Rank 0's store binds it a moment later; another process could take it in between (rare: the
+    kernel hands out ephemeral ports in turn), and the job then fails at ``init_process_group``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 @dataclass(eq=False)
@@ -163,17 +203,23 @@ async def launch(
     ``watch`` is told each rank's process group as soon as it exists (the lease's watchdog)."""
     paths.lease_dir.mkdir(parents=True, exist_ok=True)
     paths.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    # The workdir comes off the bus (issue 13: untrusted): it is only ever the cwd of the job's own
+    # processes, which run the user's code as the agent's user anyway, so it gives them nothing they
+    # could not do themselves. It is never joined to, or used to find, the agent's own files (lease
+    # dir, channels, logs, checkpoint root, records): those paths come from the agent's config only.
     cwd = grant.spec.workdir
     _check_workdir(cwd)
+    plans = plan_ranks(grant)
+    master_port = free_port() if grant.world is None else None
     started: list[RankProcess] = []
     try:
-        for plan in plan_ranks(grant):
+        for plan in plans:
             channel_path = paths.channel(plan.local_rank)
             channel = Channel.create(channel_path)
             env = job_environment(
                 grant, plan, channel=channel_path, checkpoint_dir=paths.checkpoint_dir,
                 nats=nats, namespace=namespace, base=os.environ if base_env is None else base_env,
-                agent_pid=os.getpid(),
+                agent_pid=os.getpid(), local_world_size=len(plans), master_port=master_port,
             )  # fmt: skip
             log_path = paths.log(plan.local_rank)
             with log_path.open("ab") as log_file:
@@ -184,7 +230,10 @@ async def launch(
                     )  # fmt: skip
                 except OSError as exc:
                     channel.close()
-                    raise LaunchError(f"cannot start {grant.spec.command[0]!r}: {exc.strerror or exc}") from exc
+                    where = f" in {cwd}" if cwd is not None else ""
+                    raise LaunchError(
+                        f"cannot start {grant.spec.command[0]!r}{where}: {exc.strerror or exc}"
+                    ) from exc
             channel.set_group(process.pid)
             if watch is not None:
                 watch(process.pid)
@@ -199,8 +248,16 @@ async def launch(
 
 
 def _check_workdir(cwd: str | None) -> None:
-    if cwd is not None and not os.path.isdir(cwd):
-        raise LaunchError(f"workdir {cwd} does not exist on this node")
+    """Refuse to start in another directory than the job's: a missing one is a launch error."""
+    if cwd is None:
+        return
+    if not os.path.isdir(cwd):
+        raise LaunchError(
+            f"workdir {cwd} (the job's working directory: by default where it was submitted from) "
+            "does not exist on this node; use a shared file system or submit with --workdir"
+        )
+    if not os.access(cwd, os.X_OK):
+        raise LaunchError(f"workdir {cwd} is not accessible to the agent's user on this node")
 
 
 def stderr_tail(path: Path, limit: int = 2000) -> str:
