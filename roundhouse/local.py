@@ -17,7 +17,8 @@ collects into ``metrics_urls`` (by service kind, workers by node id) and records
 One ``up`` per state directory: :meth:`LocalCluster.start` takes an exclusive ``flock`` on
 ``<state>/up.lock`` (holding the pid) before anything starts, so a second one there refuses and names
 the first's pid; the kernel drops the lock when its process ends, so a crashed ``up`` never leaves a
-stale one. A restart in the same directory reuses the namespace recorded in ``<state>/cluster.json``
+stale one, and the next ``up`` stops what a crashed one left running (``children.json``) before it
+starts anything. A restart in the same directory reuses the namespace recorded in ``cluster.json``
 (and the credentials in ``<state>/auth``, which ``AuthDirectory.init`` keeps), so the scheduler's
 store, the broker's streams and the identities all stay one cluster's: a queued job is picked up again.
 
@@ -30,6 +31,7 @@ passed to the children (they would apply to every service at once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import logging
@@ -62,6 +64,10 @@ POLICY_REGISTRIES: Final[dict[str, Registry[Any]]] = {
 LOCK_FILE: Final = "up.lock"
 STATE_FILE: Final = "cluster.json"
 """What a restart in the same state directory must reuse: the namespace."""
+CHILDREN_FILE: Final = "children.json"
+"""The pids of the running ``up``'s processes, so the next ``up`` can stop what a crashed one left."""
+STATE_DIR_ENV: Final = "ROUNDHOUSE_UP_STATE_DIR"
+"""Set in every child's environment: marks a process as this state directory's (see ``_stop_leftovers``)."""
 SHARED_POLICY_ENV: Final = ("ROUNDHOUSE_POLICY", "ROUNDHOUSE_POLICY_OPTIONS")
 """Environment settings every service would read alike; ``up`` sets each service's own instead."""
 
@@ -129,8 +135,9 @@ class StateDirLocked(LocalClusterError):
 class StateDirLock:
     """An exclusive ``flock`` on ``<state>/up.lock`` that holds the owner's pid. The kernel releases
     it when the owning process exits, however it exits, so a crash leaves no stale lock (the file may
-    remain, unlocked, and is simply taken by the next ``up``). The descriptor is not inherited by
-    children: orphans of a crashed ``up`` do not hold it."""
+    remain, unlocked, and is simply taken by the next ``up``, which first stops whatever the crashed
+    one left running). The descriptor is not inherited by children: orphans of a crashed ``up`` do
+    not hold it."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
@@ -355,13 +362,12 @@ class LocalCluster:
         # Port 0: each picks a free one and announces it (no race between choosing and binding).
         return ["--metrics-port", "0"] if self.config.metrics else []
 
-    @staticmethod
-    def _child_env() -> dict[str, str]:
+    def _child_env(self) -> dict[str, str]:
         # Each child gets its own --creds; the caller's ROUNDHOUSE_CREDS must not stand in for them.
         # ROUNDHOUSE_POLICY(_OPTIONS) would apply to every service alike; each gets its own flags instead.
         dropped = {CREDS_ENV, *SHARED_POLICY_ENV}
         env = {key: value for key, value in os.environ.items() if key not in dropped}
-        return {**env, "PYTHONUNBUFFERED": "1"}
+        return {**env, "PYTHONUNBUFFERED": "1", STATE_DIR_ENV: str(self.state_dir)}
 
     def _spawn(self, name: str, args: list[str]) -> Child:
         log_path = self.state_dir / "logs" / f"{name}.log"
@@ -424,12 +430,14 @@ class LocalCluster:
                             "--admission-options or --placement-options", name)  # fmt: skip
         self.lock.acquire()
         try:
+            self._stop_leftovers()
             self._start_broker()
             assert self.endpoint is not None
             for kind in SERVICE_ORDER:
                 self._spawn(kind, self._service_args(kind))
             for index in range(len(self.node_ids)):
                 self._spawn(f"worker-{index}", self._worker_args(index))
+            self._record_children()
         except BaseException:
             self.stop()
             raise
@@ -475,6 +483,62 @@ class LocalCluster:
             if code is not None:
                 raise LocalClusterError(f"{child.name} exited with code {code}; last log lines:\n{child.log_tail()}")
 
+    # --- what a crashed `up` left running --------------------------------------------------------------
+    def _record_children(self) -> None:
+        pids = {child.name: child.process.pid for child in self.children}
+        if self.broker.pid is not None:
+            pids["broker"] = self.broker.pid
+        (self.state_dir / CHILDREN_FILE).write_text(json.dumps(pids) + "\n")
+
+    def _is_ours(self, pid: int) -> bool:
+        """Whether ``pid`` is a live process of this state directory: a child ``up`` started (marked in
+        its environment) or the broker (its JetStream directory is under the state directory). A pid
+        reused by an unrelated process, or a zombie, is not."""
+        proc = Path("/proc") / str(pid)
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        marker = f"{STATE_DIR_ENV}={self.state_dir}".encode()
+        return marker in environ or str(self.state_dir / "nats" / "jetstream").encode() in cmdline
+
+    def _stop_leftovers(self, timeout_s: float = 20.0) -> list[int]:
+        """Stop the processes a crashed ``up`` here left running (its lock went with it, but its broker
+        would share the JetStream store with ours, its services the database): workers first, then
+        the services, then the broker, as :meth:`stop` does. Returns their pids."""
+        path = self.state_dir / CHILDREN_FILE
+        try:
+            recorded = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return []
+        if not isinstance(recorded, dict):
+            return []
+        alive = {str(name): int(pid) for name, pid in recorded.items() if isinstance(pid, int) and self._is_ours(pid)}
+        groups = [
+            [pid for name, pid in alive.items() if name.startswith("worker-")],
+            [pid for name, pid in alive.items() if not name.startswith("worker-") and name != "broker"],
+            [pid for name, pid in alive.items() if name == "broker"],
+        ]
+        if alive:
+            log.warning("stopping what an earlier `up` in %s left running: %s", self.state_dir,
+                        ", ".join(f"{name} (pid {pid})" for name, pid in alive.items()))  # fmt: skip
+        for group in groups:
+            for pid in group:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            while any(self._is_ours(pid) for pid in group) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for pid in group:
+                if self._is_ours(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            while any(self._is_ours(pid) for pid in group) and time.monotonic() < deadline + 5:
+                time.sleep(0.05)
+        path.unlink(missing_ok=True)
+        return list(alive.values())
+
     def stop(self, timeout_s: float = 20.0) -> None:
         workers = [c for c in self.children if c.name.startswith("worker-")]
         services = [c for c in self.children if not c.name.startswith("worker-")]
@@ -493,6 +557,8 @@ class LocalCluster:
         self.children.clear()
         try:
             self.broker.stop()
+            if self.lock.held:
+                (self.state_dir / CHILDREN_FILE).unlink(missing_ok=True)
         finally:
             self.lock.release()
 

@@ -9,7 +9,8 @@ everything cleanly: workers first, so running jobs checkpoint, then the services
 
 Run ``up`` again in the same directory and it goes on where it stopped: the same namespace (recorded
 in ``cluster.json``), the same credentials, the scheduler's jobs and the broker's streams. One ``up``
-per state directory: a second one there refuses and names the first's pid. Each policy service takes
+per state directory: a second one there refuses and names the first's pid (after a crash, the next ``up`` stops what the
+crashed one left running). Each policy service takes
 its own options (``--scheduler-options`` and so on, JSON objects as ``roundhouse simulate`` takes
 them); policy names and options are checked before anything starts.
 """

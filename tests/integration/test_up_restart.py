@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from roundhouse.cli import main
 from roundhouse.endpoint import DEFAULT_STATE_DIR, UP_FILE
-from roundhouse.local import LOCK_FILE, STATE_FILE, LocalCluster, LocalClusterConfig, LocalClusterError
+from roundhouse.local import CHILDREN_FILE, LOCK_FILE, STATE_FILE, LocalCluster, LocalClusterConfig, LocalClusterError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -229,3 +229,48 @@ def test_options_reach_their_service_only_and_a_restart_reuses_everything(
     scheduler_log = (state_dir / "logs" / "scheduler.log").read_text(errors="replace")
     assert "bogus" not in scheduler_log
     assert not re.search(r"permission denied|Permissions Violation", scheduler_log)
+
+
+def test_an_up_that_crashed_leaves_nothing_in_the_way_of_the_next(tmp_path: Path) -> None:
+    state_dir = tmp_path / DEFAULT_STATE_DIR
+    crashed = subprocess.Popen(
+        [sys.executable, "-m", "roundhouse", "up", "--state-dir", str(state_dir), "--emulate", "--workers", "1",
+         "--gpus-per-worker", "2", "--round", "1", "--user", "alice"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 40
+        while "metrics_urls" not in (up := _read_json(state_dir / UP_FILE)):  # written once it is ready
+            assert crashed.poll() is None, "the first up exited"
+            assert time.monotonic() < deadline, "the first up was not ready in 40 s"
+            time.sleep(0.1)
+    finally:
+        crashed.send_signal(signal.SIGKILL)  # a crash: its children, in their own sessions, live on
+        crashed.wait(timeout=10)
+    leftovers = _read_json(state_dir / CHILDREN_FILE)
+    assert set(leftovers) == {"broker", "metrics", "placement", "admission", "scheduler", "worker-0"}
+    cluster = LocalCluster(config(state_dir))
+    try:
+        assert all(cluster._is_ours(pid) for pid in leftovers.values())  # orphaned, still running
+        cluster.start()  # the dead up's lock is gone; what it left running is stopped first
+        try:
+            for pid in leftovers.values():
+                assert not cluster._is_ours(pid), f"pid {pid} of the crashed up still runs"
+            cluster.wait_ready()
+            assert cluster.endpoint is not None
+            assert cluster.endpoint.namespace == up["namespace"]
+        finally:
+            cluster.stop()
+        assert not (state_dir / CHILDREN_FILE).exists()
+    finally:
+        for pid in leftovers.values():  # whatever a failure above left running
+            if cluster._is_ours(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
