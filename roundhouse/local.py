@@ -270,7 +270,7 @@ class LocalCluster:
         """The cluster's identities (None: no authentication)."""
         self.metrics_urls: dict[str, str] = {}
         """``/metrics`` of each service (by kind) and worker (by node id), once ``wait_ready`` returned."""
-        self.lock = StateDirLock(self.state_dir)
+        self.state_lock = StateDirLock(self.state_dir)
         self.namespace_reused = False
         """Whether ``start`` took the namespace an earlier run recorded in the state directory."""
 
@@ -428,7 +428,7 @@ class LocalCluster:
             if name in os.environ:
                 log.warning("%s is ignored by up (it would apply to every service): use --scheduler-options, "
                             "--admission-options or --placement-options", name)  # fmt: skip
-        self.lock.acquire()
+        self.state_lock.acquire()
         try:
             self._stop_leftovers()
             self._start_broker()
@@ -557,10 +557,10 @@ class LocalCluster:
         self.children.clear()
         try:
             self.broker.stop()
-            if self.lock.held:
+            if self.state_lock.held:
                 (self.state_dir / CHILDREN_FILE).unlink(missing_ok=True)
         finally:
-            self.lock.release()
+            self.state_lock.release()
 
     def __enter__(self) -> LocalCluster:
         self.start()

@@ -134,7 +134,7 @@ def test_a_namespace_other_than_the_recorded_one_is_refused(tmp_path: Path) -> N
         cluster.start()
     assert not cluster.children
     assert not cluster.broker.running
-    assert not cluster.lock.held
+    assert not cluster.state_lock.held
 
 
 def test_a_crashed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
@@ -209,7 +209,7 @@ def test_options_reach_their_service_only_and_a_restart_reuses_everything(
         wait_status(first, monkeypatch=monkeypatch, capsys=capsys, job="restart-1", wanted={"running"}, timeout_s=20)
     finally:
         first.stop()
-    assert not first.lock.held
+    assert not first.state_lock.held
 
     again = LocalCluster(settings)
     again.start()
