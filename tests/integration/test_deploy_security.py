@@ -263,6 +263,19 @@ async def connect(trust_ca: None) -> AsyncIterator[ConnectAs]:
         await bus.close()
 
 
+async def answer_to_plain_text(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes) -> bytes:
+    """Send ``line`` in clear text and read all the server says until it closes the connection."""
+    writer.write(line)
+    await writer.drain()
+    return await asyncio.wait_for(reader.read(), 5)
+
+
+async def hang_up(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
+
+
 async def delivered(listener: Bus, speaker: Bus, subject: str) -> bool:
     """Whether what ``speaker`` publishes on ``subject`` reaches ``listener``'s subscription."""
     return await reaches(listener, speaker, subject, WAIT_S)
@@ -320,13 +333,9 @@ async def test_valid_credentials_without_tls_are_refused(single: Deployment) -> 
         signed = nkeys.from_seed(bytearray(creds.seed.encode())).sign(info["nonce"].encode())
         connect = {"verbose": True, "pedantic": False, "tls_required": False, "nkey": creds.public_key,
                    "sig": base64.b64encode(signed).decode(), "protocol": 1}  # fmt: skip
-        writer.write(f"CONNECT {json.dumps(connect)}\r\nPING\r\n".encode())
-        await writer.drain()
-        answer = await asyncio.wait_for(reader.read(), 5)  # until the server closes the connection
+        answer = await answer_to_plain_text(reader, writer, f"CONNECT {json.dumps(connect)}\r\nPING\r\n".encode())
     finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
+        await hang_up(writer)
     assert b"+OK" not in answer, answer
     assert b"PONG" not in answer, answer
 
@@ -501,13 +510,10 @@ async def test_a_route_without_tls_is_refused(cluster: Deployment) -> None:
     assert route_port is not None
     reader, writer = await asyncio.open_connection("127.0.0.1", route_port)
     try:
-        writer.write(b'CONNECT {"verbose":false,"pedantic":false,"tls_required":false,"name":"intruder"}\r\nPING\r\n')
-        await writer.drain()
-        answer = await asyncio.wait_for(reader.read(), 5)  # until the server closes the connection
+        connect = b'CONNECT {"verbose":false,"pedantic":false,"tls_required":false,"name":"intruder"}\r\nPING\r\n'
+        answer = await answer_to_plain_text(reader, writer, connect)
     finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
+        await hang_up(writer)
     assert b"INFO" not in answer, answer
     assert b"PONG" not in answer, answer
     _, routes = cluster.servers[0].monitor("/routez")
