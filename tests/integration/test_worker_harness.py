@@ -6,12 +6,13 @@ Also the most basic worker test: it registers its (fake) inventory and heartbeat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import textwrap
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke, RevokeReason, Worl
 from schemas.metrics import JobMetrics
 from schemas.nodes import NodeHeartbeat, NodeRegister
 from schemas.subjects import lease_grant, lease_revoke, lease_stop
-from services.runtime.bus import Bus
+from services.runtime.bus import Bus, BusOptions
 from services.worker.channel import Channel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -147,6 +148,29 @@ LOOP_SCRIPT = textwrap.dedent("""
         job.checkpoint(extra=state)
     job.close()
 """)
+
+
+@contextlib.asynccontextmanager
+async def one_worker(broker_url: str, tmp: Path, node: str) -> AsyncIterator[tuple[Bus, Facts, WorkerProcess, Path]]:
+    """A fresh namespace with a bus standing in for the scheduler, what it hears, and one real worker
+    agent on 2 fake GPUs with fast heartbeats; the agent must exit cleanly at the end."""
+    namespace = f"t{uuid.uuid4().hex[:12]}"
+    bus = await Bus.connect(broker_url, name="test-scheduler", options=BusOptions(namespace=namespace))
+    facts = await collect(bus)
+    work_dir = tmp / "node"
+    worker = WorkerProcess(broker_url, namespace, node, work_dir, "--fake-gpus", "2", "--heartbeat-s", "0.2",
+                           "--metrics-s", "0.1", "--kill-after-s", "0.5")  # fmt: skip
+    await worker.start(facts)
+    try:
+        yield bus, facts, worker, work_dir
+    finally:
+        code = await worker.stop()
+        await bus.close()
+        assert code == 0, worker.log_text()
+
+
+def job_id() -> str:
+    return f"job-{uuid.uuid4().hex[:8]}"
 
 
 def write_script(tmp: Path) -> Path:

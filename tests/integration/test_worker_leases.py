@@ -6,7 +6,6 @@ One worker process (two fake GPUs) serves every test of this module; the test pl
 from __future__ import annotations
 
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +17,12 @@ from schemas.leases import LeaseAckError
 from schemas.metrics import JobMetrics
 from schemas.nodes import NodeHeartbeat
 from services.runtime.broker import Broker
-from services.runtime.bus import Bus, BusOptions
+from services.runtime.bus import Bus
 from tests.integration.test_worker_harness import (
     Facts,
     Scheduler,
-    WorkerProcess,
-    collect,
+    job_id,
+    one_worker,
     steps,
     wait_for,
     write_script,
@@ -49,36 +48,9 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 async def cluster(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
-    namespace = f"t{uuid.uuid4().hex[:12]}"
     tmp = tmp_path_factory.mktemp("worker")
-    bus = await Bus.connect(broker.url, name="test-scheduler", options=BusOptions(namespace=namespace))
-    facts = await collect(bus)
-    work_dir = tmp / "node"
-    worker = WorkerProcess(
-        broker.url,
-        namespace,
-        NODE,
-        work_dir,
-        "--fake-gpus",
-        "2",
-        "--heartbeat-s",
-        "0.2",
-        "--metrics-s",
-        "0.1",
-        "--kill-after-s",
-        "0.5",
-    )
-    await worker.start(facts)
-    try:
+    async with one_worker(broker.url, tmp, NODE) as (bus, facts, _worker, work_dir):
         yield Cluster(bus, facts, Scheduler(bus), write_script(tmp), work_dir)
-    finally:
-        code = await worker.stop()
-        await bus.close()
-        assert code == 0, worker.log_text()
-
-
-def job_id() -> str:
-    return f"job-{uuid.uuid4().hex[:8]}"
 
 
 async def test_a_granted_job_runs_to_completion_and_reports_it(cluster: Cluster) -> None:

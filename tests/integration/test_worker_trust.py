@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pickle
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +20,13 @@ from schemas.leases import LeaseAckError, LeaseGrant, WorldInfo
 from schemas.nodes import NodeHeartbeat
 from schemas.subjects import JOB_FAILED, JOB_STARTED
 from services.runtime.broker import Broker
-from services.runtime.bus import Bus, BusOptions
+from services.runtime.bus import Bus
 from tests.integration.test_worker_harness import (
     Facts,
     Scheduler,
     WorkerProcess,
-    collect,
+    job_id,
+    one_worker,
     wait_for,
     write_script,
 )
@@ -73,24 +73,9 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 async def cluster(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Cluster]:
-    namespace = f"t{uuid.uuid4().hex[:12]}"
     tmp = tmp_path_factory.mktemp("trust")
-    bus = await Bus.connect(broker.url, name="test-scheduler", options=BusOptions(namespace=namespace))
-    facts = await collect(bus)
-    work_dir = tmp / "node"
-    worker = WorkerProcess(broker.url, namespace, NODE, work_dir, "--fake-gpus", "2", "--heartbeat-s", "0.2",
-                           "--metrics-s", "0.1", "--kill-after-s", "0.5")  # fmt: skip
-    await worker.start(facts)
-    try:
+    async with one_worker(broker.url, tmp, NODE) as (bus, facts, worker, work_dir):
         yield Cluster(bus, facts, Scheduler(bus), worker, write_script(tmp), work_dir, tmp)
-    finally:
-        code = await worker.stop()
-        await bus.close()
-        assert code == 0, worker.log_text()
-
-
-def job_id() -> str:
-    return f"job-{uuid.uuid4().hex[:8]}"
 
 
 # --- attack 9: epoch poisoning ---------------------------------------------------------------------------
