@@ -48,10 +48,11 @@ from typing import Any, Final
 from roundhouse.client import default_identity
 from roundhouse.endpoint import UP_FILE, Endpoint
 from schemas.ids import is_token
-from schemas.roles import RESERVED_NAMES, Role, inbox_prefix
+from schemas.roles import RESERVED_NAMES, Role
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING, Registry
 from services.runtime.auth import CREDS_ENV, AuthDirectory, Credentials, read_creds
 from services.runtime.broker import Broker
+from services.runtime.bus import identity_settings
 from services.scheduler.config import SchedulerConfig
 
 log = logging.getLogger("roundhouse.up")
@@ -84,11 +85,10 @@ async def _ping_counts(
     import nats
 
     counts: dict[str, int] = {}
-    auth: dict[str, str] = {}
-    if creds is not None:
-        auth = {"nkeys_seed_str": creds.seed, "inbox_prefix": inbox_prefix(creds.role, creds.identity)}
+    servers = [url.strip() for url in endpoint.nats.split(",") if url.strip()]
     try:
-        nc = await nats.connect(endpoint.nats, allow_reconnect=False, connect_timeout=2, **auth)
+        nc = await nats.connect(servers, allow_reconnect=False, connect_timeout=2,
+                                **identity_settings(servers, creds))  # fmt: skip
     except (OSError, nats.errors.Error):
         return counts
     try:

@@ -81,6 +81,16 @@ class NoResponderError(BusError):
     """Nothing serves the subject of a request (the broker said so at once, with no time-out)."""
 
 
+def identity_settings(servers: str | list[str], credentials: Credentials | None) -> dict[str, Any]:
+    """nats-py options that make a connection ``credentials``' (its nkey and its own reply inbox) and
+    speak TLS first to ``tls://`` URLs: every Roundhouse connection, the bus's and a raw one alike."""
+    settings = tls_settings(servers)
+    if credentials is not None:
+        settings["nkeys_seed_str"] = credentials.seed
+        settings["inbox_prefix"] = inbox_prefix(credentials.role, credentials.identity)
+    return settings
+
+
 class TlsHandshakeError(BusError, ConnectionError):
     """A ``tls://`` broker did not complete the TLS handshake (it speaks clear text, or its certificate
     is not trusted): retrying cannot help, and falling back to clear text is what must never happen."""
@@ -266,10 +276,7 @@ class Bus:
             "reconnected_cb": on_reconnected,
             "error_cb": on_error,
         }
-        if identity is not None:
-            settings["nkeys_seed_str"] = identity.seed
-            settings["inbox_prefix"] = inbox_prefix(identity.role, identity.identity)
-        settings.update(tls_settings(servers))
+        settings.update(identity_settings(servers, identity))
         nc = NatsClient()
         connecting: asyncio.Future[Any] = asyncio.ensure_future(nc.connect(servers, **settings))
         # nats-py retries a refused first connection like an unreachable server (forever, for a

@@ -11,8 +11,10 @@ import time
 
 import pytest
 
+from schemas.roles import Role
+from services.runtime.auth import new_credentials
 from services.runtime.broker import Broker
-from services.runtime.bus import Bus, BusOptions, TlsHandshakeError, tls_settings
+from services.runtime.bus import Bus, BusOptions, TlsHandshakeError, identity_settings, tls_settings
 
 
 async def test_a_tls_url_does_not_fall_back_to_clear_text(broker: Broker) -> None:
@@ -41,3 +43,14 @@ def test_tls_urls_start_with_the_handshake_and_verify_certificates() -> None:
 def test_a_cluster_is_reached_with_tls_or_without_never_both() -> None:
     with pytest.raises(ValueError, match="mixed tls:// and plain URLs"):
         tls_settings(["tls://a:4222", "nats://b:4222"])
+
+
+def test_a_raw_connection_gets_the_same_identity_and_tls_options_as_the_bus() -> None:
+    """``roundhouse up``'s readiness pings connect without the Bus: they must still speak TLS first and
+    use the identity's own inbox (they once left TLS out, and never got ready against a tls:// broker)."""
+    operator = new_credentials(Role.OPERATOR, "operator")
+    settings = identity_settings(["tls://a:4222"], operator)
+    assert settings["tls_handshake_first"] is True
+    assert settings["nkeys_seed_str"] == operator.seed
+    assert settings["inbox_prefix"] == "_INBOX.operator.operator"
+    assert identity_settings("nats://a:4222", None) == {}
