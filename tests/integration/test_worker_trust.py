@@ -210,6 +210,10 @@ def plant(path: Path, marker: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps({"format": "roundhouse-checkpoint", "version": 1, "iteration": 7,
                                    "epoch": 0, "batch_index": 7, "extra": Payload(marker)}))  # fmt: skip
+    # The positive control: loaded the unsafe way, the file does run its payload.
+    pickle.loads(path.read_bytes())
+    assert marker.exists()
+    marker.unlink()
     return path
 
 
