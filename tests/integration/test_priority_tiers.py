@@ -38,9 +38,13 @@ async def test_a_higher_tier_preempts_and_a_lower_tier_waits(broker: Broker, nam
             return [(v.job_id, v.queue_position) for v in reply.jobs if v.status == "queued"]
 
         reply = await c.query()
-        while any(position is None for _, position in queue()):  # until a round has ranked both
+        for _ in range(20):  # until a round has ranked both
+            if all(position is not None for _, position in queue()):
+                break
             await s.run_round()
             reply = await c.query()
+        else:
+            raise AssertionError(f"no round ranked both queued jobs: {queue()}")
         assert sorted(queue(), key=lambda q: q[1] or 0) == [("short", 1), ("tiny-low", 2)]
 
 

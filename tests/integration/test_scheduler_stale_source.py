@@ -10,7 +10,6 @@ other nodes. Real nats-server, real SQLite store, fake workers.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from schemas.rounds import NodeGpus, PlacementPlan
@@ -34,7 +33,9 @@ async def test_a_worker_claiming_a_newer_epoch_does_not_depose_the_leader(
         term = s._term
         assert term is not None
         await wait_for(lambda: term.executor.unconfirmed_stale >= 1, what="n0's stale_epoch seen")
-        await asyncio.sleep(0.5)  # a few more rounds offer n0 again: still no step-down
+        seen = term.executor.unconfirmed_stale
+        # Later rounds offer n0 again and hear stale_epoch again: still no step-down.
+        await wait_for(lambda: term.executor.unconfirmed_stale >= seen + 2, what="n0 offered twice more")
         assert s.is_leader
         assert s.epoch == epoch
         assert s._term is term

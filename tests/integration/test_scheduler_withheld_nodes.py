@@ -17,6 +17,7 @@ from pathlib import Path
 
 from schemas.job import JobSpec
 from services.runtime.broker import Broker
+from services.scheduler.service import SchedulerService
 from tests.fake_workers import FakeWorkers
 from tests.integration.test_scheduler import cluster, running_jobs, wait_for
 from tests.integration.test_worker_harness import WorkerProcess, collect
@@ -34,6 +35,13 @@ async def beat(workers: FakeWorkers, nodes: set[str]) -> None:
         await asyncio.sleep(0.1)
 
 
+def withheld(s: SchedulerService, node_id: str) -> bool:
+    """Whether the scheduler takes no new work to ``node_id`` now (silent or draining)."""
+    node = s.inventory.get(node_id)
+    assert node is not None
+    return not s.inventory.takes_work(node, s.replica.clock.monotonic())
+
+
 async def test_a_silent_node_is_withheld_from_new_work_but_keeps_its_lease(
     broker: Broker, namespace: str, tmp_path: Path
 ) -> None:
@@ -44,8 +52,8 @@ async def test_a_silent_node_is_withheld_from_new_work_but_keeps_its_lease(
         try:
             s = await c.start_scheduler(policy="fifo", node_silent_s=1.0, lease_ttl_s=30.0)
             await wait_for(lambda: s.is_leader and len(s.inventory) == 2, what="leader with 2 nodes")
-            await asyncio.sleep(1.3)  # n1 has been silent past node_silent_s (still live: TTL 30 s)
-            assert s.inventory.is_live("n1")
+            await wait_for(lambda: withheld(s, "n1"), what="n1 silent past node_silent_s")
+            assert s.inventory.is_live("n1")  # still live: the TTL is 30 s
 
             await c.submit("a", spec("a", 2))
             await wait_for(lambda: "a" in running_jobs(s), what="a running")
@@ -53,7 +61,8 @@ async def test_a_silent_node_is_withheld_from_new_work_but_keeps_its_lease(
             assert workers.lease_of("a")[0] == "n0"  # type: ignore[index]
             await c.submit("b", spec("b", 2))
             await wait_for(lambda: (e := s.book.entry("b")) is not None and e.state.is_waiting, what="b waiting")
-            await asyncio.sleep(0.6)  # a few rounds: b still waits, though n1's two GPUs hold nothing
+            for _ in range(2):  # rounds run: b still waits, though n1's two GPUs hold nothing
+                await s.run_round()
             assert "b" not in running_jobs(s)
             reply = await c.query(job_ids=["b"])
             assert re.match(r"needs 2 GPUs, 0 of 4 free", reply.jobs[0].reason or ""), reply.jobs[0].reason
@@ -63,8 +72,9 @@ async def test_a_silent_node_is_withheld_from_new_work_but_keeps_its_lease(
             assert workers.lease_of("b") is not None
             assert workers.lease_of("b")[0] == "n1"  # type: ignore[index]
 
-            beating.discard("n0")  # n0 falls silent: its lease stands until the TTL
-            await asyncio.sleep(1.5)
+            beating.discard("n0")  # n0 falls silent: withheld from new work, its lease stands until the TTL
+            await wait_for(lambda: withheld(s, "n0"), what="n0 silent past node_silent_s")
+            await s.run_round()
             assert "a" in running_jobs(s)
             assert s.inventory.is_live("n0")
         finally:
