@@ -120,7 +120,7 @@ class WorkerService(RoundhouseService):
         """lease id -> iteration of the last checkpoint reported with ``job.checkpointed``."""
         self.counters: dict[str, int] = dict.fromkeys(
             ("grants", "revokes", "stop_ats", "refused", "duplicates", "stale_epoch", "started", "checkpointed",
-             "suspended", "completed", "failed", "cut_offs"), 0,
+             "suspended", "completed", "failed", "cut_offs", "checkpoint_refused"), 0,
         )  # fmt: skip
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -908,6 +908,12 @@ class WorkerService(RoundhouseService):
             return
         path = self._own_checkpoint(lease)
         if path is None:
+            # The job's checkpoint.pt is not a file inside its own directory (a symlink out, say):
+            # never reported, so never resumed from; say so, or nobody learns why it restarts at 0.
+            self.counters["checkpoint_refused"] += 1
+            log.warning("lease %s: checkpoint of iteration %d is not a file inside the job's checkpoint "
+                        "directory; not reported", lease.lease_id, iteration,
+                        extra={"job_id": lease.job_id})  # fmt: skip
             return
         self._checkpoints_seen[lease.lease_id] = iteration
         self.counters["checkpointed"] += 1

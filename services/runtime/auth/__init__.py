@@ -4,7 +4,7 @@ Every connection to the bus authenticates as one identity: a role from :mod:`sch
 name, proven by a NATS user nkey whose seed sits in a creds file (:mod:`.creds`). The broker's
 configuration is generated from the registry of identities and the permission table
 (:mod:`.server_config`), so what each role may do is written once. :mod:`.directory` keeps the files
-of one cluster together; :mod:`.connect` turns a creds file into nats-py connection options.
+of one cluster together; ``Bus.connect`` (``identity_settings``) turns one into nats-py connection options.
 """
 
 from __future__ import annotations
