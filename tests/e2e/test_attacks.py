@@ -202,9 +202,15 @@ class Scene:
         return out
 
     async def view(self, job_id: str) -> dict[str, Any]:
+        found = await self.maybe_view(job_id)
+        assert found is not None, f"the scheduler does not know {job_id}"
+        return found
+
+    async def maybe_view(self, job_id: str) -> dict[str, Any] | None:
+        """The job as ``roundhouse jobs`` shows it; None while the scheduler has not applied its arrival."""
         reply = await self.operator.jobs(JobsQuery(job_ids=[job_id], include_finished=True), timeout_s=5)
-        assert len(reply.jobs) == 1, reply
-        return reply.jobs[0].model_dump(mode="json")
+        assert len(reply.jobs) <= 1, reply
+        return reply.jobs[0].model_dump(mode="json") if reply.jobs else None
 
     async def store_job(self, job_id: str) -> Any:
         store = await Store.open(str(self.cluster.state_dir / "scheduler"))
@@ -307,7 +313,9 @@ async def scene(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory)
     evil.write_bytes(pickle.dumps(EvilPickle(marker)))
     scene = Scene(cluster, url, operator, alice, facts, victim, lease, queued, target, rogue_node, mallory, rogue,
                   evil, marker)  # fmt: skip
-    await poll(lambda: scene.view(queued), lambda v: v["status"] == JobStatus.QUEUED, "the 6-GPU job is queued")
+    # Submitted a moment ago: the scheduler may not have applied its arrival yet.
+    await poll(lambda: scene.maybe_view(queued), lambda v: v is not None and v["status"] == JobStatus.QUEUED,
+               "the 6-GPU job is queued")  # fmt: skip
     try:
         yield scene
     finally:
