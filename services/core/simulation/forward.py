@@ -60,7 +60,7 @@ from typing import Any
 from services.core.costs import CostModel
 from services.core.decisions import Ranking
 from services.core.protocols import AdmissionPolicy, PlacementPolicy, SchedulingPolicy, Trigger
-from services.core.simulation.engine import InitialJob, SimConfig, Simulator
+from services.core.simulation.engine import InitialJob, Outcome, SimConfig, Simulator
 from services.core.simulation.jobs import SimJobState
 from services.core.simulation.stats import percentile
 from services.core.simulation.workload import TraceJob
@@ -110,12 +110,16 @@ def _relative(t: float | None, now: float) -> float | None:
     return None if t is None else t - now
 
 
-def _forward_job(job: JobState, index: int, status: JobStatus, now: float) -> ForwardJob:
+def _forward_job(
+    job: JobState, index: int, status: JobStatus, now: float, durations: Mapping[str, float]
+) -> ForwardJob:
     trace = job.trace if isinstance(job, SimJobState) else None
     if isinstance(job, SimJobState):
         total, done = job.work_s, job.done_s
     else:
         duration = job.spec.expected_duration_s
+        if duration is None:
+            duration = durations.get(job.job_id)
         if duration is None:
             raise MissingDurationError([job.job_id])
         total, done = duration, job.executed_time
@@ -158,10 +162,13 @@ def take_snapshot(
     now: float,
     *,
     held: Sequence[JobState] = (),
+    durations: Mapping[str, float] | None = None,
 ) -> Snapshot:
     """Copy ``jobs`` (admitted, unfinished: running and waiting), ``held`` (not admitted yet) and
     the cluster's shape. Reads its inputs only. Raises :class:`MissingDurationError` for live jobs
-    without ``spec.expected_duration_s`` (all of them named)."""
+    without ``spec.expected_duration_s`` (all of them named), unless ``durations`` gives them one
+    (a caller's estimate, e.g. the ETA's fallback: ``services.scheduler.eta``)."""
+    durations = durations or {}
     entries: list[tuple[float, int, str, JobState, JobStatus]] = []
     seen: set[str] = set()
     for job in jobs.values():
@@ -177,11 +184,15 @@ def take_snapshot(
         seen.add(job.job_id)
     entries.sort(key=lambda e: (e[0], e[1], e[2]))
     missing = [
-        e[2] for e in entries if not isinstance(e[3], SimJobState) and e[3].spec.expected_duration_s is None
+        e[2]
+        for e in entries
+        if not isinstance(e[3], SimJobState) and e[3].spec.expected_duration_s is None and e[2] not in durations
     ]
     if missing:
         raise MissingDurationError(missing)
-    forward = tuple(_forward_job(job, index, status, now) for index, (_, _, _, job, status) in enumerate(entries))
+    forward = tuple(
+        _forward_job(job, index, status, now, durations) for index, (_, _, _, job, status) in enumerate(entries)
+    )
     return Snapshot(now=now, jobs=forward, nodes=tuple(cluster.nodes.values()), gpus=tuple(cluster.gpus))
 
 
@@ -196,6 +207,9 @@ class ForwardSettings:
     costs: CostModel = field(default_factory=CostModel)
     triggers: Trigger | None = None
     """Round triggers of the scheduling policy (``Retriggered``); None keeps the policy's own."""
+    fill_between_rounds: bool = False
+    """Fill rounds between the policy's rounds (``SimConfig.fill_between_rounds``), as the live
+    scheduler runs them by default (the ETA simulates them; the synthesizer, like Blox, does not)."""
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -252,6 +266,36 @@ class Retriggered:
         return getattr(self._base, name)
 
 
+def run_forward(
+    snapshot: Snapshot,
+    *,
+    admission: AdmissionPolicy,
+    scheduling: SchedulingPolicy,
+    placement: PlacementPolicy,
+    settings: ForwardSettings,
+) -> tuple[Outcome, list[SimJobState | None]]:
+    """Run the simulation of :func:`simulate` and return the engine's raw outcome and each
+    snapshot job's final simulated state, in snapshot order (None: rejected on arrival), for
+    callers that need per-job results (the ETA reads each job's simulated first start)."""
+    if settings.triggers is not None:
+        scheduling = Retriggered(scheduling, settings.triggers)  # type: ignore[assignment]
+    simulator = Simulator(
+        (),
+        snapshot.cluster(),
+        admission=admission,
+        scheduling=scheduling,
+        placement=placement,
+        config=SimConfig(
+            round_s=settings.round_s,
+            max_time_s=settings.horizon_s,
+            costs=settings.costs,
+            fill_between_rounds=settings.fill_between_rounds,
+        ),
+    )
+    states = simulator.start_from(snapshot.jobs)
+    return simulator.run(), states
+
+
 def simulate(
     snapshot: Snapshot,
     *,
@@ -265,18 +309,9 @@ def simulate(
     The policies must be fresh objects (a policy may keep state between rounds); the snapshot is
     not changed, so one snapshot serves any number of runs."""
     settings = settings or ForwardSettings()
-    if settings.triggers is not None:
-        scheduling = Retriggered(scheduling, settings.triggers)  # type: ignore[assignment]
-    simulator = Simulator(
-        (),
-        snapshot.cluster(),
-        admission=admission,
-        scheduling=scheduling,
-        placement=placement,
-        config=SimConfig(round_s=settings.round_s, max_time_s=settings.horizon_s, costs=settings.costs),
+    out, states = run_forward(
+        snapshot, admission=admission, scheduling=scheduling, placement=placement, settings=settings
     )
-    states = simulator.start_from(snapshot.jobs)
-    out = simulator.run()
     censor = settings.horizon_s if settings.horizon_s is not None else out.end_time
     jct: list[float] = []
     responsiveness: list[float] = []
@@ -318,6 +353,7 @@ __all__ = [
     "MissingDurationError",
     "Retriggered",
     "Snapshot",
+    "run_forward",
     "simulate",
     "take_snapshot",
 ]
