@@ -96,6 +96,15 @@ class SimConfig:
     record_jobs: bool = False
     """Keep each measured job's index, submit and first-start times and GPUs (``Outcome.job_index``
     ...), for per-job output; off by default: ~32 bytes per job that summaries do not need."""
+    start_latency_s: float | tuple[float, ...] = 0.0
+    """Control-plane start latency: seconds from when a job could run (decided, its GPUs free and any
+    checkpoint of its own written) until it runs, its GPUs held meanwhile; the live cluster's grant,
+    lease and process start (``benchmarks/start_latency.py`` measures it). A constant, or measured
+    samples: job ``seq`` takes sample ``seq % len`` (deterministic). 0 (the default): instant, as
+    the papers' simulators."""
+    stop_latency_s: float = 0.0
+    """Control-plane stop latency: seconds from when a job's work is done until its completion is
+    recorded and its GPUs are free (the worker's report reaching the scheduler). 0 by default."""
     record_reschedules: bool = False
     """Keep, for every relaunch of a measured job after a preemption, how long it was out
     (``Outcome.reschedule_s``, ``Outcome.suspended_s``): FitGpp §3's "intervals between preemptions
@@ -106,6 +115,12 @@ class SimConfig:
             raise ValueError(f"round length must be positive, got {self.round_s}")
         if self.track is not None and not 0 <= self.track[0] <= self.track[1]:
             raise ValueError(f"track window must be START:END with 0 <= START <= END, got {self.track}")
+        latencies = self.start_latency_s if isinstance(self.start_latency_s, tuple) else (self.start_latency_s,)
+        if not latencies or not all(math.isfinite(x) and x >= 0 for x in (*latencies, self.stop_latency_s)):
+            raise ValueError(
+                f"start and stop latencies must be finite and >= 0 (and samples non-empty), got "
+                f"start {self.start_latency_s!r}, stop {self.stop_latency_s!r}"
+            )
 
 
 @dataclass(slots=True)
@@ -470,6 +485,8 @@ class Simulator:
         out.all_lost_gpu_s += job.lost_gpu_s
         self._changed = True
         if job.measured:
+            if status is _COMPLETED_STATUS:
+                t += self.config.stop_latency_s  # it is recorded done when the control plane knows
             out.jct.append(t - job.submit_time)
             first = job.first_start_time if job.first_start_time is not None else t
             out.responsiveness.append(first - job.submit_time)
@@ -531,6 +548,9 @@ class Simulator:
             if self.config.record_reschedules and job.measured:
                 self.out.reschedule_s.append(t - preempted_at)
                 self.out.suspended_s.append(start - ready)
+        latency = self.config.start_latency_s
+        if latency:  # the control plane's grant and process start, after the GPUs are free
+            start += latency[job.seq % len(latency)] if isinstance(latency, tuple) else latency
         if start > t:
             # GPUs free before ``start`` are held for this job, idle, until it can begin: busy time,
             # counted here because ``alloc_since`` is ``start`` (a victim's checkpoint hold is its own).
@@ -592,6 +612,11 @@ class Simulator:
             checkpoint_s = job.checkpoint_s
             hold_until = t + checkpoint_s
             job.lost_gpu_s += checkpoint_s * n
+            busy = self._busy_until
+            for g in gpus:
+                busy[g] = hold_until
+        elif self.config.stop_latency_s:  # done, but its GPUs are free only once the control plane knows
+            hold_until = t + self.config.stop_latency_s
             busy = self._busy_until
             for g in gpus:
                 busy[g] = hold_until
