@@ -45,6 +45,7 @@ from schemas.jobs import (
     SuspendReason,
 )
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason, WorldInfo
+from schemas.logs import LogChunk, LogData, LogRead, LogRun, LogsQuery, LogsReply
 from schemas.metrics import GpuSample, JobMetrics, NodeMetrics
 from schemas.nodes import GpuInventory, GpuLink, HeldLease, LeaseState, NodeHeartbeat, NodeRegister
 from schemas.rounds import NodeGpus, PlacementPlan, RoundTrigger, ScheduleRound
@@ -101,6 +102,12 @@ __all__ = [
     "LeaseRevoke",
     "LeaseState",
     "LeaseStopAt",
+    "LogChunk",
+    "LogData",
+    "LogRead",
+    "LogRun",
+    "LogsQuery",
+    "LogsReply",
     "MalformedMessageError",
     "NodeGpus",
     "NodeHeartbeat",

@@ -40,6 +40,7 @@ from schemas.jobs import (
     SuspendReason,
 )
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason, WorldInfo
+from schemas.logs import LogChunk, LogData, LogRead, LogRun, LogsQuery, LogsReply
 from schemas.metrics import GpuSample, JobMetrics, NodeMetrics
 from schemas.nodes import GpuInventory, GpuLink, HeldLease, LeaseState, NodeHeartbeat, NodeRegister
 from schemas.rounds import (
@@ -555,6 +556,41 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
         JobsReply(jobs=[_job_view()], truncated=True, epoch=7,
                   refused={"job-0002": "permission denied: bob cannot read alice's job"}),
         JobsReply(epoch=0),
+    ),
+    LogsQuery: lambda: (
+        LogsQuery(event_id=_eid("logs-query"), ts=EXAMPLE_TS, requester="alice", job_id="job-0001", run=2, rank=1,
+                  offset=4096, max_bytes=1024),
+        LogsQuery(requester="u", job_id="j"),
+    ),
+    LogRun: lambda: (
+        LogRun(run=2, lease_id="lease-0001-2", nodes=["node-02", "node-03"], ranks=[0, 1, 2, 3], current=True),
+        LogRun(run=1, lease_id="l", nodes=["n"]),
+    ),
+    LogChunk: lambda: (
+        LogChunk(run=2, rank=1, node_id="node-02", offset=4096, data="step 100 loss 0.31\n", next_offset=4115,
+                 size=4115),
+        LogChunk(run=1, rank=0, node_id="node-01", offset=0, next_offset=0,
+                 unavailable="node node-01 did not answer within 2.0 s (gone or unreachable)"),
+        LogChunk(run=1, rank=0, node_id="n", offset=0, next_offset=0),
+    ),
+    LogsReply: lambda: (
+        LogsReply(job_id="job-0001", status="running",
+                  runs=[LogRun(run=1, lease_id="lease-0001-1", nodes=["node-01"], ranks=[0]),
+                        LogRun(run=2, lease_id="lease-0001-2", nodes=["node-02"], ranks=[0], current=True)],
+                  chunk=LogChunk(run=2, rank=0, node_id="node-02", offset=0, data="hello\n", next_offset=6, size=6),
+                  epoch=7),
+        LogsReply(job_id="job-0002", refused="permission denied: bob cannot read alice's job", epoch=7),
+        LogsReply(job_id="j", epoch=0),
+    ),
+    LogRead: lambda: (
+        LogRead(event_id=_eid("log-read"), ts=EXAMPLE_TS, node_id="node-02", job_id="job-0001",
+                lease_id="lease-0001-2", local_rank=1, offset=4096, max_bytes=1024),
+        LogRead(node_id="n", job_id="j", lease_id="l", local_rank=0),
+    ),
+    LogData: lambda: (
+        LogData(offset=4096, data="step 100 loss 0.31\n", next_offset=4115, size=4115),
+        LogData(offset=0, next_offset=0, missing="no log of rank 0 in lease l"),
+        LogData(offset=0, next_offset=0),
     ),
     AdmissionQuery: lambda: (
         AdmissionQuery(event_id=_eid("admission-query"), ts=EXAMPLE_TS, through_seq=1234, after_seq=17, limit=500),

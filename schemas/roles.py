@@ -10,9 +10,10 @@ Identities and what vouches for them:
   kind share it;
 * one per worker node, named by the node id: it may speak only on subjects ending in its own node id
   (``job.started.<node>``, ``node.heartbeat.<node>``) and hears only its own node's commands
-  (``lease.grant.<node>``);
+  (``lease.grant.<node>``, ``logs.read.<node>``: only the scheduler asks a node for a job's output);
 * one per submitting user, named by the user: it may publish only its own submissions, cancellations
-  and queries (``job.arrived.<user>``, ``job.cancel.<user>``, ``query.jobs.<user>``), never reads a
+  and queries (``job.arrived.<user>``, ``job.cancel.<user>``, ``query.jobs.<user>``,
+  ``query.logs.<user>``), never reads a
   spec (``job.arrived.*``) or a grant, and may not touch JetStream's API;
 * operators: everything, including JetStream management (deleting a stream is theirs alone).
 
@@ -162,6 +163,7 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
         publish=(
             "{ns}lease.grant.*",
             "{ns}lease.revoke.*",
+            "{ns}logs.read.*",
             "{ns}schedule.round.*",
             "{ns}rh.scheduler.leader.*",
             *_CONSUME_STREAM,
@@ -175,6 +177,7 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             "{ns}job.suspended.*",
             "{ns}placement.plan",
             "{ns}query.jobs.*",
+            "{ns}query.logs.*",
             "{ns}query.admission",
             "{ns}rh.scheduler.leader.*",
             _SERVICES_API,
@@ -226,6 +229,7 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             "{ns}lease.grant.{id}",
             "{ns}lease.revoke.{id}",
             "{ns}lease.stop.{id}",
+            "{ns}logs.read.{id}",
             "{ns}job.started.*",
             "{ns}job.failed.*",
             _SERVICES_API,
@@ -236,11 +240,17 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
         "sees peers' started/failed facts and sends stop_at to the peers of a multi-node job.",
     ),
     Role.USER: Permissions(
-        publish=("{ns}job.arrived.{id}", "{ns}job.cancel.{id}", "{ns}query.jobs.{id}", _STREAM_INFO),
+        publish=(
+            "{ns}job.arrived.{id}",
+            "{ns}job.cancel.{id}",
+            "{ns}query.jobs.{id}",
+            "{ns}query.logs.{id}",
+            _STREAM_INFO,
+        ),
         subscribe=("{ns}job.accepted", "{ns}job.held", "{ns}job.rejected"),
         allow_responses=False,
-        why="Submits, cancels and lists only as itself; reads verdicts (job id and reason, never a spec), "
-        "no grant, no stream history, no JetStream API but the event stream's existence.",
+        why="Submits, cancels, lists and reads output only as itself; reads verdicts (job id and reason, "
+        "never a spec), no grant, no stream history, no JetStream API but the event stream's existence.",
     ),
     Role.OPERATOR: Permissions(
         publish=(">",),

@@ -13,7 +13,7 @@ pattern has a ``*``, the token is an id that must equal a field of the payload (
 
 Identity tokens: everything a worker says is on a subject ending in its node id (``job.started.<node>``,
 ``node.heartbeat.<node>``), everything a user says on one ending in the user's name
-(``job.arrived.<user>``, ``job.cancel.<user>``, ``query.jobs.<user>``). The broker lets each
+(``job.arrived.<user>``, ``job.cancel.<user>``, ``query.jobs.<user>``, ``query.logs.<user>``). The broker lets each
 authenticated identity publish only on its own token (:mod:`schemas.roles`), and the codec checks that
 the payload names the same node or user, so a fact's ``node_id`` and a request's user are vouched for
 by the broker, not chosen by the sender.
@@ -40,8 +40,10 @@ from schemas.jobs import (
     JobSuspended,
 )
 from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke
+from schemas.logs import LogData, LogRead, LogsQuery, LogsReply
 from schemas.metrics import JobMetrics, NodeMetrics
 from schemas.nodes import NodeHeartbeat, NodeRegister
+from schemas.operations import DrainReply, DrainRequest, NodesQuery, NodesReply, StatusQuery, StatusReply
 from schemas.rounds import PlacementPlan, ScheduleRound
 
 __all__ = [
@@ -58,9 +60,13 @@ __all__ = [
     "JOB_SUSPENDED",
     "NODE_HEARTBEAT",
     "NODE_REGISTER",
+    "OPERATOR_DRAIN",
     "PLACEMENT_PLAN",
     "QUERY_ADMISSION",
     "QUERY_JOBS",
+    "QUERY_NODES",
+    "QUERY_STATUS",
+    "QUERY_LOGS",
     "SCHEDULE_ROUND",
     "SUBJECTS",
     "InvalidSubjectTokenError",
@@ -71,6 +77,7 @@ __all__ = [
     "lease_grant",
     "lease_revoke",
     "lease_stop",
+    "logs_read",
     "model_for",
     "node_metrics",
     "schedule_round",
@@ -132,6 +139,11 @@ _METRICS_NODE: Final = "metrics.node"
 _LEASE_STOP: Final = "lease.stop"
 QUERY_JOBS: Final = "query.jobs.*"
 QUERY_ADMISSION: Final = "query.admission"
+QUERY_NODES: Final = "query.nodes.*"
+QUERY_STATUS: Final = "query.status.*"
+OPERATOR_DRAIN: Final = "operator.drain.*"
+QUERY_LOGS: Final = "query.logs.*"
+_LOGS_READ: Final = "logs.read"
 
 SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
     SubjectSpec(
@@ -304,6 +316,24 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         "the live nodes; request-reply, for service roles only.",
         direction="admission -> scheduler",
     ),
+    SubjectSpec(
+        QUERY_LOGS,
+        LogsQuery,
+        durable=False,
+        reply_model=LogsReply,
+        description="A job's runs and a chunk of one rank's output, for its owner or an operator; request-reply.",
+        token_field="requester",
+        direction="client -> scheduler",
+    ),
+    SubjectSpec(
+        f"{_LOGS_READ}.*",
+        LogRead,
+        durable=False,
+        reply_model=LogData,
+        description="A chunk of one rank's log of one lease, from that node's lease directory; request-reply.",
+        token_field="node_id",
+        direction="scheduler -> worker",
+    ),
 )
 
 
@@ -409,6 +439,11 @@ def lease_revoke(node_id: str) -> str:
 def lease_stop(node_id: str) -> str:
     """``lease.stop.<node_id>``: where a coordinator agent sends another node its ``stop_at``."""
     return f"{_LEASE_STOP}.{_token('node id', node_id)}"
+
+
+def logs_read(node_id: str) -> str:
+    """``logs.read.<node_id>``: where the scheduler asks a node's agent for a chunk of a job's output."""
+    return f"{_LOGS_READ}.{_token('node id', node_id)}"
 
 
 def job_metrics(job_id: str) -> str:

@@ -10,6 +10,7 @@ from schemas.control import AdmissionReply, JobsReply
 from schemas.examples import example
 from schemas.jobs import JobAccepted, JobArrived, JobCancel, JobCheckpointed, JobFailed
 from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke
+from schemas.logs import LogData, LogsReply
 from schemas.metrics import JobMetrics, NodeMetrics
 from schemas.nodes import NodeHeartbeat, NodeRegister
 from schemas.rounds import PlacementPlan, ScheduleRound
@@ -42,6 +43,8 @@ CONTROL_SUBJECTS = {
     # DESIGN.md's schedule.round, per placement instance: schedule.round.<instance> carries a delta
     # against the snapshot that instance acknowledged, schedule.round.any a full one (queue group).
     "schedule.round.*",
+    # A job's output (issue 14, item 1): the user asks the scheduler, the scheduler asks the nodes.
+    "query.logs.*", "logs.read.*",
 }  # fmt: skip
 
 
@@ -134,6 +137,8 @@ def test_request_reply_subjects() -> None:
         "lease.stop.*": LeaseAck,
         "query.jobs.*": JobsReply,
         "query.admission": AdmissionReply,
+        "query.logs.*": LogsReply,
+        "logs.read.*": LogData,
     }
 
 
