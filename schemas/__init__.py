@@ -48,6 +48,20 @@ from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, Rev
 from schemas.logs import LogChunk, LogData, LogRead, LogRun, LogsQuery, LogsReply
 from schemas.metrics import GpuSample, JobMetrics, NodeMetrics
 from schemas.nodes import GpuInventory, GpuLink, HeldLease, LeaseState, NodeHeartbeat, NodeRegister
+from schemas.operations import (
+    DrainReply,
+    DrainRequest,
+    InstanceView,
+    NodesQuery,
+    NodesReply,
+    NodeState,
+    NodeView,
+    QueueDepth,
+    RoundView,
+    ServiceView,
+    StatusQuery,
+    StatusReply,
+)
 from schemas.rounds import NodeGpus, PlacementPlan, RoundTrigger, ScheduleRound
 from schemas.subjects import (
     SUBJECTS,
@@ -69,6 +83,8 @@ __all__ = [
     "AdmissionReply",
     "Command",
     "CompletionReason",
+    "DrainReply",
+    "DrainRequest",
     "Event",
     "FailureReason",
     "FieldError",
@@ -76,6 +92,7 @@ __all__ = [
     "GpuLink",
     "GpuSample",
     "HeldLease",
+    "InstanceView",
     "InvalidSubjectTokenError",
     "JobAccepted",
     "JobArrived",
@@ -114,10 +131,19 @@ __all__ = [
     "NodeId",
     "NodeMetrics",
     "NodeRegister",
+    "NodeState",
+    "NodeView",
+    "NodesQuery",
+    "NodesReply",
     "PlacementPlan",
+    "QueueDepth",
     "RevokeReason",
     "RoundTrigger",
+    "RoundView",
     "ScheduleRound",
+    "ServiceView",
+    "StatusQuery",
+    "StatusReply",
     "SubjectSpec",
     "SuspendReason",
     "UnknownSubjectError",

@@ -43,6 +43,20 @@ from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, Rev
 from schemas.logs import LogChunk, LogData, LogRead, LogRun, LogsQuery, LogsReply
 from schemas.metrics import GpuSample, JobMetrics, NodeMetrics
 from schemas.nodes import GpuInventory, GpuLink, HeldLease, LeaseState, NodeHeartbeat, NodeRegister
+from schemas.operations import (
+    DrainReply,
+    DrainRequest,
+    InstanceView,
+    NodesQuery,
+    NodesReply,
+    NodeState,
+    NodeView,
+    QueueDepth,
+    RoundView,
+    ServiceView,
+    StatusQuery,
+    StatusReply,
+)
 from schemas.rounds import (
     NodeGpus,
     PlacementPlan,
@@ -203,6 +217,28 @@ def _admission_node() -> AdmissionNode:
         memory_gb=1024,
         draining=True,
     )
+
+
+def _node_view() -> NodeView:
+    return NodeView(
+        node_id="node-01", hostname="gpu-01.example", gpu_type="A100-SXM4-80GB", state=NodeState.DRAINING,
+        gpus_total=8, gpus_used=4, gpus_free=4, jobs=["job-0001"], other_jobs=1, live=True, silent=False,
+        heartbeat_age_s=0.4, takes_work=False, draining=True, drained_by="operator", drained_at=EXAMPLE_TS,
+        drain_reason="replace a fan", agent_draining=False,
+    )
+
+
+def _instance_view() -> InstanceView:
+    return InstanceView(
+        instance="scheduler-a1b2", service_id="NI3Y0Y1Q2", version="0.1.0", uptime_s=3600.5, policy="las",
+        policy_options={"thresholds": [3600.0], "starvation_factor": 4}, leader=True,
+        metrics_url="http://127.0.0.1:9101/metrics",
+    )
+
+
+def _round_view() -> RoundView:
+    return RoundView(number=42, rounds_run=40, policy="las", phases_s={"snapshot": 0.001, "rank": 0.002},
+                     launched=2, suspended=1, dropped=0)
 
 
 def _world(rank: int) -> WorldInfo:
@@ -591,6 +627,38 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
         LogData(offset=4096, data="step 100 loss 0.31\n", next_offset=4115, size=4115),
         LogData(offset=0, next_offset=0, missing="no log of rank 0 in lease l"),
         LogData(offset=0, next_offset=0),
+    ),
+    NodesQuery: lambda: (
+        NodesQuery(event_id=_eid("nodes-query"), ts=EXAMPLE_TS, requester="alice", node_ids=["node-01"]),
+        NodesQuery(requester="u"),
+    ),
+    NodeView: lambda: (_node_view(), NodeView(node_id="n", hostname="h", state=NodeState.IDLE, gpus_total=0,
+                                              gpus_used=0, gpus_free=0, live=True, takes_work=True)),
+    NodesReply: lambda: (
+        NodesReply(nodes=[_node_view()], epoch=7, silent_after_s=2.0, down_after_s=15.0, unknown=["node-99"]),
+        NodesReply(epoch=0),
+    ),
+    DrainRequest: lambda: (
+        DrainRequest(event_id=_eid("drain"), ts=EXAMPLE_TS, requester="operator", node_id="node-01", drain=True,
+                     now=True, reason="replace a fan"),
+        DrainRequest(requester="o", node_id="n"),
+    ),
+    DrainReply: lambda: (
+        DrainReply(node_id="node-01", draining=True, changed=True, preempted=["job-0001"], epoch=7),
+        DrainReply(node_id="n", draining=False, changed=False, epoch=0),
+    ),
+    StatusQuery: lambda: (StatusQuery(event_id=_eid("status-query"), ts=EXAMPLE_TS, requester="alice"),
+                          StatusQuery(requester="u")),
+    InstanceView: lambda: (_instance_view(), InstanceView(instance="i", service_id="s")),
+    ServiceView: lambda: (ServiceView(kind="scheduler", instances=[_instance_view()]), ServiceView(kind="k")),
+    RoundView: lambda: (_round_view(), RoundView()),
+    QueueDepth: lambda: (QueueDepth(queued=3, held=1, running=2, queued_gpus=12), QueueDepth()),
+    StatusReply: lambda: (
+        StatusReply(leader="scheduler-a1b2", epoch=7, services=[ServiceView(kind="scheduler",
+                    instances=[_instance_view()])], round=_round_view(),
+                    queue=QueueDepth(queued=3, held=1, running=2, queued_gpus=12), nodes=2, nodes_taking_work=1,
+                    gpus_total=16, gpus_used=8),
+        StatusReply(leader="s", epoch=0),
     ),
     AdmissionQuery: lambda: (
         AdmissionQuery(event_id=_eid("admission-query"), ts=EXAMPLE_TS, through_seq=1234, after_seq=17, limit=500),

@@ -13,9 +13,11 @@ Identities and what vouches for them:
   (``lease.grant.<node>``, ``logs.read.<node>``: only the scheduler asks a node for a job's output);
 * one per submitting user, named by the user: it may publish only its own submissions, cancellations
   and queries (``job.arrived.<user>``, ``job.cancel.<user>``, ``query.jobs.<user>``,
-  ``query.logs.<user>``), never reads a
+  ``query.logs.<user>``; and reads ``query.nodes.<user>``, ``query.status.<user>``, as Slurm's
+  ``sinfo``), never reads a
   spec (``job.arrived.*``) or a grant, and may not touch JetStream's API;
-* operators: everything, including JetStream management (deleting a stream is theirs alone).
+* operators: everything, including JetStream management (deleting a stream is theirs alone) and
+  draining nodes (``operator.drain.<operator>``: no other role may publish there).
 
 Templates in the patterns: ``{ns}`` is the namespace prefix of bus subjects (``""`` or ``"<ns>."``),
 ``{sn}`` the prefix of stream, consumer and bucket names (``""`` or ``"<ns>_"``), ``{id}`` the
@@ -122,6 +124,9 @@ _PROVISION_STREAM: Final = (
 )
 """Create the stream or add subjects and replicas to it (never delete, purge or shrink it)."""
 _DEAD_LETTERS: Final = ("{ns}deadletter.*",)
+_SERVICES_STATS: Final = ("$SRV.STATS", "$SRV.STATS.>")
+"""Ask every service instance for its stats (``roundhouse status``: the scheduler gathers who runs, and
+with which policy; the answers come back to its own inbox)."""
 _STREAM_INFO: Final = "$JS.API.STREAM.INFO.{sn}" + STREAM
 """A durable publish that finds no stream asks whether it exists (``Bus._publish_durable``), to fail
 at once instead of retrying for seconds."""
@@ -171,6 +176,7 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             *_DEAD_LETTERS,
             *_kv_publish(Role.SCHEDULER),
             *_self_ping(Role.SCHEDULER),
+            *_SERVICES_STATS,
         ),
         subscribe=(
             "{ns}node.heartbeat.*",
@@ -178,6 +184,9 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             "{ns}placement.plan",
             "{ns}query.jobs.*",
             "{ns}query.logs.*",
+            "{ns}query.nodes.*",
+            "{ns}query.status.*",
+            "{ns}operator.drain.*",
             "{ns}query.admission",
             "{ns}rh.scheduler.leader.*",
             _SERVICES_API,
@@ -245,6 +254,8 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             "{ns}job.cancel.{id}",
             "{ns}query.jobs.{id}",
             "{ns}query.logs.{id}",
+            "{ns}query.nodes.{id}",
+            "{ns}query.status.{id}",
             _STREAM_INFO,
         ),
         subscribe=("{ns}job.accepted", "{ns}job.held", "{ns}job.rejected"),

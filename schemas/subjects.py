@@ -64,9 +64,9 @@ __all__ = [
     "PLACEMENT_PLAN",
     "QUERY_ADMISSION",
     "QUERY_JOBS",
+    "QUERY_LOGS",
     "QUERY_NODES",
     "QUERY_STATUS",
-    "QUERY_LOGS",
     "SCHEDULE_ROUND",
     "SUBJECTS",
     "InvalidSubjectTokenError",
@@ -333,6 +333,35 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         description="A chunk of one rank's log of one lease, from that node's lease directory; request-reply.",
         token_field="node_id",
         direction="scheduler -> worker",
+    ),
+    SubjectSpec(
+        QUERY_NODES,
+        NodesQuery,
+        durable=False,
+        reply_model=NodesReply,
+        description="The scheduler's nodes: GPUs, jobs, liveness, drains; request-reply (issue 15).",
+        token_field="requester",
+        direction="client -> scheduler",
+    ),
+    SubjectSpec(
+        QUERY_STATUS,
+        StatusQuery,
+        durable=False,
+        reply_model=StatusReply,
+        description="The leader, its epoch, each service's instances and policy, the last round, the queue; "
+        "request-reply (issue 15).",
+        token_field="requester",
+        direction="client -> scheduler",
+    ),
+    SubjectSpec(
+        OPERATOR_DRAIN,
+        DrainRequest,
+        durable=False,
+        reply_model=DrainReply,
+        description="Drain a node (no new work; `now`: preempt its jobs with checkpoints) or undrain it; "
+        "request-reply, operators only (issue 15).",
+        token_field="requester",
+        direction="operator -> scheduler",
     ),
 )
 

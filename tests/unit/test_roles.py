@@ -40,7 +40,8 @@ def may_subscribe(role: Role, identity: str, subject: str, namespace: str = "") 
 
 # Who publishes each subject, from the direction the subject table documents.
 _SPEAKERS = {"client": Role.USER, "worker": Role.WORKER, "job": Role.WORKER, "scheduler": Role.SCHEDULER,
-             "admission": Role.ADMISSION, "placement": Role.PLACEMENT}  # fmt: skip
+             "admission": Role.ADMISSION, "placement": Role.PLACEMENT,
+             "operator": Role.OPERATOR}  # fmt: skip
 
 
 def _concrete(pattern: str, identity: str) -> str:

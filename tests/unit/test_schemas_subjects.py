@@ -13,6 +13,7 @@ from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke
 from schemas.logs import LogData, LogsReply
 from schemas.metrics import JobMetrics, NodeMetrics
 from schemas.nodes import NodeHeartbeat, NodeRegister
+from schemas.operations import DrainReply, NodesReply, StatusReply
 from schemas.rounds import PlacementPlan, ScheduleRound
 from schemas.subjects import (
     SUBJECTS,
@@ -45,6 +46,8 @@ CONTROL_SUBJECTS = {
     "schedule.round.*",
     # A job's output (issue 14, item 1): the user asks the scheduler, the scheduler asks the nodes.
     "query.logs.*", "logs.read.*",
+    # The operator's view (issue 15, item 3): nodes, status, drains.
+    "query.nodes.*", "query.status.*", "operator.drain.*",
 }  # fmt: skip
 
 
@@ -139,6 +142,9 @@ def test_request_reply_subjects() -> None:
         "query.admission": AdmissionReply,
         "query.logs.*": LogsReply,
         "logs.read.*": LogData,
+        "query.nodes.*": NodesReply,
+        "query.status.*": StatusReply,
+        "operator.drain.*": DrainReply,
     }
 
 
