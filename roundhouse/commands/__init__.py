@@ -33,6 +33,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("submit", "roundhouse.commands.submit", "submit a job (YAML spec, or flags -- CMD ARGS...)"),
     Command("jobs", "roundhouse.commands.jobs", "list jobs (a table, or --json)"),
     Command("cancel", "roundhouse.commands.cancel", "cancel jobs"),
+    Command("dashboard", "roundhouse.commands.dashboard",
+            "serve the read-only web dashboard (queue, jobs, nodes, policies)"),
     Command("service", "roundhouse.commands.service",
             "run one service (admission, scheduler, placement, metrics, worker)"),
     Command("simulate", "roundhouse.commands.simulate", "run scheduling policies on a workload in the simulator"),
