@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from services.core.registry import SCHEDULING
+from services.core.registry import PLACEMENT, SCHEDULING
 from services.runtime.config import ServiceConfig
 from services.scheduler.resume import DEFAULT_RESTORE_ALLOWANCE_S
 
@@ -73,6 +74,41 @@ class SchedulerConfig(ServiceConfig):
         "a JSON list or comma-separated names (ROUNDHOUSE_OPERATORS).",
     )
 
+    eta: bool = Field(
+        default=True,
+        description="Estimate queued jobs' start (``roundhouse jobs`` ETA, ``eta_s``) by a forward simulation of the "
+        "book under the policy in force, in a worker process (docs/scheduler.md, \"ETA\").",
+    )
+    eta_interval_s: float = Field(
+        default=2.0, gt=0, le=3600, description="Run the ETA simulation at most this often, and only if jobs changed."
+    )
+    eta_refresh_s: float = Field(
+        default=60.0, gt=0, le=86_400, description="Run it again after this long even if no job changed."
+    )
+    eta_max_jobs: int = Field(
+        default=1000, ge=1, le=100_000, description="Queued jobs the ETA simulates (queue order); later ones get none."
+    )
+    eta_horizon_s: float = Field(
+        default=7 * 86_400.0, gt=0, le=365 * 86_400, description="Simulated time; a job not started by then: no ETA."
+    )
+    eta_default_duration_s: float = Field(
+        default=3600.0, gt=0, le=365 * 86_400,
+        description="Duration assumed for a job without expected_duration_s when no job of its user and class, or "
+        "of its class, declares one (its ETA, and those it delays, are marked guessed).",
+    )  # fmt: skip
+    eta_placement: str = Field(
+        default="consolidated", description="Placement policy the ETA simulates (the placement service's, by name)."
+    )
+    eta_placement_options: dict[str, Any] = Field(default_factory=dict, description="Its options.")
+    eta_time_scale: float = Field(
+        default=1.0, gt=0, le=1e6,
+        description="Divide durations by this in the ETA (an emulated cluster's speed-up: its workers run jobs that "
+        "many times faster).",
+    )  # fmt: skip
+    eta_executor: Literal["process", "thread"] = Field(
+        default="process", description="Where the ETA simulation runs: a worker process (off the GIL) or a thread."
+    )
+
     @field_validator("operators", mode="before")
     @classmethod
     def _names(cls, value: object) -> object:
@@ -89,4 +125,5 @@ class SchedulerConfig(ServiceConfig):
     def _policy_builds(self) -> SchedulerConfig:
         # Fail at configuration time, with the valid names, rather than when the service starts.
         SCHEDULING.check(self.policy, self.policy_options, label="policy_options")
+        PLACEMENT.check(self.eta_placement, self.eta_placement_options, label="eta_placement_options")
         return self
