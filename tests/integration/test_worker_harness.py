@@ -88,17 +88,23 @@ class WorkerProcess:
         self.node_id = node_id
         self.log = work_dir.parent / f"{node_id}.log"
         self.process: asyncio.subprocess.Process | None = None
+        self.incarnation: uuid.UUID | None = None
+        """The incarnation this process registered as (set by :meth:`start`)."""
 
     async def start(self, facts: Facts) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONPATH": str(REPO)}
+        # Only this incarnation's register counts: an earlier agent of the same node registered too.
+        earlier = {e.incarnation for e in facts.of(NodeRegister) if e.node_id == self.node_id}
         with self.log.open("ab") as out:
             self.process = await asyncio.create_subprocess_exec(
                 *self.args, env=env, cwd=str(REPO), stdout=out, stderr=out
             )
-        await wait_for(
-            lambda: [e for e in facts.of(NodeRegister) if e.node_id == self.node_id], 20, f"{self.node_id} registered"
-        )
+        registered = await wait_for(
+            lambda: [e for e in facts.of(NodeRegister) if e.node_id == self.node_id and e.incarnation not in earlier],
+            20, f"{self.node_id}'s new incarnation registered",
+        )  # fmt: skip
+        self.incarnation = registered[0].incarnation
 
     async def stop(self, timeout_s: float = 15.0) -> int:
         assert self.process is not None
@@ -258,8 +264,9 @@ async def test_worker_registers_its_fake_inventory_and_heartbeats(
         assert await worker.stop() == 0, worker.log_text()
 
 
-async def test_a_restarted_worker_kills_the_jobs_its_predecessor_left_running(broker: Any, bus: Bus, namespace: str,
-                                                                             tmp_path: Path) -> None:
+async def test_a_restarted_worker_kills_the_jobs_its_predecessor_left_running(
+    broker: Any, bus: Bus, namespace: str, tmp_path: Path
+) -> None:
     facts = await collect(bus)
     work_dir = tmp_path / "w"
     first = WorkerProcess(broker.url, namespace, "orphan-node", work_dir, "--fake-gpus", "1")
