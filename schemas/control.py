@@ -20,7 +20,7 @@ service role's subject (admission, operator), never a user's: a user reads jobs 
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints
 
@@ -119,6 +119,18 @@ class JobView(WireModel):
     )
     exit_code: int | None = Field(default=None, ge=0, le=255, description="A failed job's non-zero exit code.")
     signal: int | None = Field(default=None, ge=1, le=128, description="The signal that killed a failed job.")
+    eta_s: Seconds | None = Field(
+        default=None,
+        description="A queued job's expected start, in seconds from the reply (0: due now), from a forward "
+        "simulation of the cluster under the policy in force; None for other jobs, or with eta_reason.",
+    )
+    eta_time: _Time | None = Field(default=None, description="The same expected start, as a Unix time.")
+    eta_quality: Literal["durations", "guessed"] | None = Field(
+        default=None,
+        description="durations: every job it waits on declared expected_duration_s; guessed: it depends on a "
+        "fallback duration (docs/scheduler.md, \"ETA\").",
+    )
+    eta_reason: Reason | None = Field(default=None, description="Why a queued job has no ETA.")
 
 
 class JobsReply(WireModel):

@@ -192,6 +192,14 @@ def _queued_job_view() -> JobView:
     return JobView(
         job_id="job-0004", name="sweep-7", user="alice", job_class=JobClass.BE, status="queued", gpus=4,
         submit_time=EXAMPLE_TS, queue_position=2, reason="needs 4 GPUs, 2 of 8 free; #2 of 3 waiting in round 17",
+        eta_s=1800.0, eta_time=EXAMPLE_TS + 1830.0, eta_quality="durations",
+    )  # fmt: skip
+
+
+def _queued_job_view_without_eta() -> JobView:
+    return JobView(
+        job_id="job-0005", name="sweep-8", user="alice", job_class=JobClass.BE, status="queued", gpus=4,
+        submit_time=EXAMPLE_TS, eta_reason="it does not start within 168 h (simulated)",
     )  # fmt: skip
 
 
@@ -586,6 +594,7 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
         _failed_job_view(),
         _killed_job_view(),
         _queued_job_view(),
+        _queued_job_view_without_eta(),
         JobView(job_id="j", name="n", user="u", job_class=JobClass.BE, status="queued", gpus=1, submit_time=0.0),
     ),
     JobsReply: lambda: (
