@@ -33,6 +33,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("submit", "roundhouse.commands.submit", "submit a job (YAML spec, or flags -- CMD ARGS...)"),
     Command("jobs", "roundhouse.commands.jobs", "list jobs (a table, or --json)"),
     Command("cancel", "roundhouse.commands.cancel", "cancel jobs"),
+    Command("logs", "roundhouse.commands.logs", "print a job's output (all runs and ranks; -f follows)"),
     Command("dashboard", "roundhouse.commands.dashboard",
             "serve the read-only web dashboard (queue, jobs, nodes, policies)"),
     Command("service", "roundhouse.commands.service",

@@ -25,7 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.control import AdmissionQuery, AdmissionReply, JobsQuery, JobsReply
+from schemas.logs import LogsQuery
 from schemas.rounds import RoundTrigger
+from schemas.subjects import QUERY_LOGS
 from services.core.protocols import SchedulingPolicy
 from services.core.registry import SCHEDULING
 from services.core.state import ClusterState, JobStatus
@@ -38,10 +40,12 @@ from services.runtime.store import JobRecord, Store
 from services.scheduler.book import JobBook
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.cycle import RoundCycle, RoundSnapshot
+from services.scheduler.eta_leader import LeaderEta
 from services.scheduler.execution import Execution
 from services.scheduler.facts import JobFacts
 from services.scheduler.inventory import Inventory
 from services.scheduler.leader import LeaderElection
+from services.scheduler.logs_query import LogsAnswerer
 from services.scheduler.monitoring import SchedulerMonitor
 from services.scheduler.nodes import NodeFacts
 from services.scheduler.queries import answer, answer_admission, wait_applied_through
@@ -87,6 +91,8 @@ class SchedulerService(RoundhouseService):
         self.monitor = SchedulerMonitor(self.replica, self.metrics_registry)
         self.replica.on_landed = self.monitor.landed
         self.cycle.on_round = self.monitor.round_ended
+        self.eta = LeaderEta(self.replica, self.cycle, config)
+        """Queued jobs' expected starts (``eta.py``), refreshed off the event loop while leading."""
 
     # --- lifecycle --------------------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
@@ -96,12 +102,29 @@ class SchedulerService(RoundhouseService):
         # The election keeps the real clock: the leader key's TTL runs on the broker's (leader.py).
         r.election = LeaderElection(
             bus, self.instance, ttl_s=self.cfg.leader_ttl_s,
-            on_elected=self.leadership.on_elected, on_deposed=self.leadership.on_deposed,
+            on_elected=self._on_elected, on_deposed=self.leadership.on_deposed,
         )  # fmt: skip
         await r.election.start()
+        self.eta.start()
+
+    async def _on_elected(self, revision: int) -> None:
+        """Lead (``Leadership.on_elected``), then serve ``query.logs`` for the term (``logs_query``):
+        its subscription is the term's, stopped with it."""
+        await self.leadership.on_elected(revision)
+        r = self.replica
+        term, bus, store = r.term, r.bus, r.store
+        if term is None or bus is None or store is None:
+            return
+        logs = LogsAnswerer(bus, lambda: r.book, store, epoch=term.epoch, operators=self.cfg.operators)
+        sub = await bus.serve(QUERY_LOGS, LogsQuery, logs.answer)
+        if r.term is term:
+            term.subscriptions.append(sub)
+        else:  # deposed while subscribing: a former leader answers nothing
+            await sub.unsubscribe()
 
     async def stop(self) -> None:
         r = self.replica
+        await self.eta.stop()
         if r.election is not None:
             await r.election.stop(resign=True)
             r.election = None
@@ -222,8 +245,9 @@ class SchedulerService(RoundhouseService):
                 finished = (await r.store.jobs_by_status(*finals))[-self.cfg.query_finished_limit :]
         context = self.cycle.waiting_context() if r.book.waiting_count() else None
         return answer(
-            query, r.book, finished, r.clock.time(), term.epoch, context=context, operators=self.cfg.operators
-        )
+            query, r.book, finished, r.clock.time(), term.epoch, context=context, operators=self.cfg.operators,
+            etas=self.eta.table(), eta_on=self.cfg.eta,
+        )  # fmt: skip
 
     async def _on_admission_query(self, query: AdmissionQuery) -> AdmissionReply:
         """What admission starts from (``queries.answer_admission``), once every fact stored up to

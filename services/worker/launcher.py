@@ -33,6 +33,7 @@ from typing import Final
 
 from schemas.leases import LeaseGrant
 from services.worker.channel import Channel
+from services.worker.records import write_job_marker
 
 __all__ = [
     "LaunchError", "RankPlan", "RankProcess", "free_port", "job_environment", "launch", "plan_ranks",
@@ -203,6 +204,7 @@ async def launch(
     ``watch`` is told each rank's process group as soon as it exists (the lease's watchdog)."""
     paths.lease_dir.mkdir(parents=True, exist_ok=True)
     paths.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    write_job_marker(paths.lease_dir, grant.job_id)  # whose logs these are, for `roundhouse logs`
     # The workdir comes off the bus (issue 13: untrusted): it is only ever the cwd of the job's own
     # processes, which run the user's code as the agent's user anyway, so it gives them nothing they
     # could not do themselves. It is never joined to, or used to find, the agent's own files (lease

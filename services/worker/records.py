@@ -30,9 +30,16 @@ from schemas.ids import TOKEN_PATTERN
 from services.runtime.checkpoint import CHECKPOINT_NAME
 from services.worker.channel import Channel, ChannelError
 
-__all__ = ["RECORD_NAME", "LeaseRecord", "RecordError", "confined_checkpoint", "newest_checkpoint"]
+__all__ = [
+    "JOB_MARKER", "RECORD_NAME", "LeaseRecord", "RecordError", "confined_checkpoint", "newest_checkpoint",
+    "read_job_marker", "write_job_marker",
+]  # fmt: skip
 
 RECORD_NAME: Final = "lease.json"
+JOB_MARKER: Final = "job"
+"""``<lease dir>/job``: the id of the job the lease ran, written at launch and kept after the lease
+ends (unlike ``lease.json``), so that the lease's logs are served for that job only, by this agent
+or a later one (``services/worker/log_reader.py``)."""
 _MAX_BYTES = 64 * 1024
 _ID = re.compile(TOKEN_PATTERN)
 
@@ -94,6 +101,28 @@ class LeaseRecord:
         if record.lease_id != lease_dir.name:
             raise RecordError(f"{path} names lease {record.lease_id}, not {lease_dir.name}")
         return record
+
+
+def write_job_marker(lease_dir: Path, job_id: str) -> None:
+    """Record which job ``lease_dir`` belongs to (see :data:`JOB_MARKER`)."""
+    lease_dir.mkdir(parents=True, exist_ok=True)
+    (lease_dir / JOB_MARKER).write_text(job_id)
+
+
+def read_job_marker(lease_dir: Path) -> str | None:
+    """The job id :func:`write_job_marker` recorded in ``lease_dir``; None if there is none, or it is
+    not a plain file holding an id (a symbolic link is not followed)."""
+    try:
+        fd = os.open(lease_dir / JOB_MARKER, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(256)
+    try:
+        job_id = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None
+    return job_id if _ID.fullmatch(job_id) else None
 
 
 _FIELDS: Final = {

@@ -37,6 +37,7 @@ from schemas.jobs import (
     SuspendReason,
 )
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke
+from schemas.logs import LogData, LogRead
 from schemas.metrics import JobMetrics, NodeMetrics
 from schemas.nodes import LeaseState, NodeHeartbeat, NodeRegister
 from schemas.subjects import (
@@ -48,6 +49,7 @@ from schemas.subjects import (
     lease_grant,
     lease_revoke,
     lease_stop,
+    logs_read,
     node_metrics,
 )
 from services.runtime.bus import Bus, BusError, RemoteError
@@ -64,6 +66,7 @@ from services.worker.emulator import Emulator
 from services.worker.inventory import Inventory, discover, host_resources
 from services.worker.launcher import LaunchError, LeasePaths, RankProcess, launch, plan_ranks, stderr_tail
 from services.worker.leases import Lease, LeaseTable
+from services.worker.log_reader import serve_log_read
 from services.worker.outbox import Outbox
 from services.worker.peers import PeerBook, PeerClaim, judge_peer_fact
 from services.worker.records import LeaseRecord
@@ -143,6 +146,7 @@ class WorkerService(RoundhouseService):
             await bus.serve(lease_grant(self.node_id), LeaseGrant, self._on_grant),
             await bus.serve(lease_revoke(self.node_id), LeaseRevoke, self._on_revoke),
             await bus.serve(lease_stop(self.node_id), LeaseStopAt, self._on_stop_at),
+            await bus.serve(logs_read(self.node_id), LogRead, self._on_log_read),
             await bus.subscribe(JOB_STARTED, JobStarted, self._on_job_started),
             await bus.subscribe(JOB_FAILED, JobFailed, self._on_job_failed),
         ]
@@ -311,6 +315,12 @@ class WorkerService(RoundhouseService):
             return self._refuse(lease_id, LeaseAckError.STALE_EPOCH,
                                 f"epoch {epoch} is older than {self.table.fence.seen}, already accepted")
         return None
+
+    # --- output ---------------------------------------------------------------------------------------
+    async def _on_log_read(self, request: LogRead) -> LogData:
+        """A chunk of one of this node's lease logs, for the scheduler (``log_reader``); off the event
+        loop, so a slow disk does not hold up grants and heartbeats."""
+        return await asyncio.to_thread(serve_log_read, request, self.work_dir / "leases")
 
     # --- grants ---------------------------------------------------------------------------------------
     async def _on_grant(self, grant: LeaseGrant) -> LeaseAck:
