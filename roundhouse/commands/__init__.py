@@ -41,6 +41,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("simulate", "roundhouse.commands.simulate", "run scheduling policies on a workload in the simulator"),
     Command("reproduce", "roundhouse.commands.reproduce",
             "run a seed paper's headline experiment and compare with its numbers"),
+    Command("history", "roundhouse.commands.history",
+            "export finished jobs as a trace CSV that `simulate --trace` replays"),
     Command("schemas", "roundhouse.commands.schemas", "print the JSON Schema of each event"),
     Command("auth", "roundhouse.commands.auth", "create credentials and the NATS server's authorization config"),
 )  # fmt: skip
