@@ -12,6 +12,10 @@ A queued job that nothing held says why it waits (``waiting_reason``): the GPUs 
 those free now (and on one node, which is what a consolidating placement needs), and its place
 among the waiting jobs in the last round's ranking, the policy's order.
 
+A queued job carries its expected start (``eta_s`` from ``now``, ``eta_time``, ``eta_quality``) from
+the last ETA run (``eta.py``: a forward simulation under the policy in force, run off the event loop
+and cached, never per query), or ``eta_reason`` saying why it has none; other jobs carry no ETA.
+
 ``query.admission`` (:func:`answer_admission`) lists the unfinished jobs of the book (held ones and
 admitted ones, each with its spec) in submission order (``seq``: the stream order of their
 ``job.arrived``, so held jobs come in the order admission held them), paged by ``after_seq``, with
@@ -55,6 +59,7 @@ from services.core.state import ClusterState, JobState, JobStatus
 from services.runtime.bus import Bus
 from services.runtime.store import JobRecord
 from services.scheduler.book import JobBook, JobEntry
+from services.scheduler.eta import EtaTable
 from services.scheduler.inventory import Inventory
 from services.scheduler.replica import CONSUMERS
 from services.scheduler.trust import may_operate, permission_denied
@@ -101,7 +106,25 @@ def waiting_reason(gpus: int, job_id: str, context: WaitingContext) -> str:
     return reason + f"; arrived after round {context.round}"
 
 
-def _view_from_entry(entry: JobEntry, now: float, context: WaitingContext | None) -> JobView:
+NO_ETA_YET: Final = "no ETA yet: the scheduler has not simulated the queue since this job arrived"
+ETA_OFF: Final = "ETA is off (scheduler setting eta)"
+
+
+def eta_fields(job_id: str, now: float, table: EtaTable | None, *, enabled: bool = True) -> dict[str, object]:
+    """A queued job's ETA fields of :class:`JobView` from the last ETA run's ``table``."""
+    if not enabled:
+        return {"eta_reason": ETA_OFF}
+    eta = table.etas.get(job_id) if table is not None else None
+    if eta is None:
+        return {"eta_reason": NO_ETA_YET}
+    if eta.start is None:
+        return {"eta_reason": eta.reason}
+    return {"eta_s": max(0.0, eta.start - now), "eta_time": eta.start, "eta_quality": eta.quality}
+
+
+def _view_from_entry(
+    entry: JobEntry, now: float, context: WaitingContext | None, etas: EtaTable | None, eta_on: bool
+) -> JobView:
     state = entry.state
     lease = entry.lease
     service = state.attained_service
@@ -118,10 +141,12 @@ def _view_from_entry(entry: JobEntry, now: float, context: WaitingContext | None
         position = context.positions.get(state.job_id)
         if reason is None:
             reason = waiting_reason(state.spec.gpus, state.job_id, context)
-    return _view(
+    eta = eta_fields(state.job_id, now, etas, enabled=eta_on) if state.status is JobStatus.QUEUED else {}
+    view = _view(
         state, service, placement, reason, runtime=runtime, position=position, exit_code=entry.exit_code,
         signal=entry.signal,
     )  # fmt: skip
+    return view.model_copy(update=eta) if eta else view
 
 
 def _view(
@@ -167,9 +192,12 @@ def answer(
     *,
     context: WaitingContext | None = None,
     operators: Collection[str] = (),
+    etas: EtaTable | None = None,
+    eta_on: bool = True,
 ) -> JobsReply:
     """Build the reply to ``query`` from the book and the finished jobs read from the store;
-    ``context`` explains queued jobs' waits (none without it).
+    ``context`` explains queued jobs' waits (none without it); ``etas``, the last ETA run, gives
+    queued jobs their expected start (``eta_on`` False: ETA is off, and queued jobs say so).
 
     ``query.requester`` sees only their own jobs unless it is one of ``operators``; a job of
     another user that the query names by id is listed in ``refused`` with its owner's name only."""
@@ -195,7 +223,7 @@ def answer(
     for job_id, entry in book.jobs.items():
         state = entry.state
         if keep(job_id, state.status.value, state.spec.user):
-            views[job_id] = _view_from_entry(entry, now, context)
+            views[job_id] = _view_from_entry(entry, now, context, etas, eta_on)
     for record in finished:
         if record.job_id in views or not keep(record.job_id, record.status.value, record.spec.user):
             continue

@@ -48,6 +48,7 @@ from services.scheduler.leader import LeaderElection
 from services.scheduler.logs_query import LogsAnswerer
 from services.scheduler.monitoring import SchedulerMonitor
 from services.scheduler.nodes import NodeFacts
+from services.scheduler.operator_api import OperatorApi, OperatorLeadership
 from services.scheduler.queries import answer, answer_admission, wait_applied_through
 from services.scheduler.replica import CONSUMERS, Replica
 from services.scheduler.rounds import ValidPlan
@@ -83,10 +84,14 @@ class SchedulerService(RoundhouseService):
         self.facts = JobFacts(self.replica, self.execution)
         self.nodes = NodeFacts(self.replica, self.execution)
         self.cycle = RoundCycle(self.replica, self.policy, self.execution, self.nodes.sweep)
-        self.leadership = Leadership(
+        self.operator_api = OperatorApi(
+            self.replica, self.execution, self.cycle, instance=self.instance, policy=self.policy
+        )
+        """``query.nodes``, ``query.status`` and ``operator.drain``, served by each term (``operator_api.py``)."""
+        self.leadership: Leadership = OperatorLeadership(
             self.replica, facts=self.facts, nodes=self.nodes, cycle=self.cycle, execution=self.execution,
             on_query=self._on_query, consumer_options=self.consumer_options,
-            on_admission_query=self._on_admission_query,
+            on_admission_query=self._on_admission_query, operator_api=self.operator_api,
         )  # fmt: skip
         self.monitor = SchedulerMonitor(self.replica, self.metrics_registry)
         self.replica.on_landed = self.monitor.landed

@@ -1,0 +1,262 @@
+"""The ETA of queued jobs (services/scheduler/eta.py): pure, on a snapshot of policy-level jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from services.core.state import JobState, JobStatus
+from services.scheduler.eta import (
+    DURATIONS,
+    GUESSED,
+    EtaRefresher,
+    EtaRequest,
+    EtaSettings,
+    EtaTable,
+    fallback_durations,
+    predict,
+    prepare,
+)
+from services.scheduler.eta_leader import policy_in_force
+from services.scheduler.queries import NO_ETA_YET, eta_fields
+from tests.unit.policies.builders import assert_unchanged, cluster, frozen, job, jobs_of
+
+NOW = 10_000.0
+
+
+def running(job_id: str, gpu: int, *, duration: float | None, executed: float, seq: int, **kw: object) -> JobState:
+    state = job(job_id, on=[gpu], duration=duration, executed=executed, submit=0, seq=seq, **kw)  # type: ignore[arg-type]
+    state.first_start_time = NOW - executed
+    state.last_start_time = NOW - executed
+    return state
+
+
+def waiting(job_id: str, *, duration: float | None, seq: int, gpus: int = 1, **kw: object) -> JobState:
+    return job(job_id, gpus=gpus, duration=duration, submit=NOW - 100 + seq, seq=seq, queued_since=NOW - 100,
+               **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def settings(policy: str = "fifo", **kw: Any) -> EtaSettings:
+    base: dict[str, object] = {"scheduling": policy, "round_s": 60.0, "fill_between_rounds": True}
+    base.update(kw)
+    return EtaSettings(**base)  # type: ignore[arg-type]
+
+
+@dataclass
+class Case:
+    name: str
+    jobs: list[JobState]
+    expect: dict[str, float | None]
+    """Job -> expected ETA in seconds from NOW (None: no ETA)."""
+    quality: dict[str, str] = field(default_factory=dict)
+    gpus: int = 1
+    settings: EtaSettings = field(default_factory=settings)
+    order: tuple[str, ...] = ()
+
+
+CASES = [
+    Case(
+        # a has 900 of 3000 s left to run: b starts when a ends (a fill round at the completion)
+        "a queued job behind a running one starts when it ends",
+        [running("a", 0, duration=3000, executed=2100, seq=1), waiting("b", duration=500, seq=2)],
+        {"b": 900},
+        {"b": DURATIONS},
+    ),
+    Case(
+        "FIFO queues one behind the other",
+        [running("a", 0, duration=1000, executed=0, seq=1), waiting("b", duration=500, seq=2),
+         waiting("c", duration=500, seq=3)],
+        {"b": 1000, "c": 1500},
+    ),
+    Case(
+        "SRTF starts the shortest first",
+        [running("a", 0, duration=1000, executed=0, seq=1), waiting("b", duration=500, seq=2),
+         waiting("c", duration=100, seq=3)],
+        # c preempts a at once (remaining 100 < 1000) and starts once a's checkpoint is written (10 s,
+        # the default cost), then b (500 < 1000 left of a) at c's end
+        {"c": 10, "b": 110},
+        settings=settings("srtf", fill_between_rounds=False, round_s=1.0),
+    ),
+    Case(
+        "a free GPU means now",
+        [waiting("b", duration=500, seq=1)],
+        {"b": 0},
+        gpus=2,
+    ),
+    Case(
+        "a job wider than the cluster has no ETA",
+        [waiting("b", duration=500, seq=1, gpus=4)],
+        {"b": None},
+        gpus=2,
+    ),
+    Case(
+        "past the horizon: no ETA",
+        [running("a", 0, duration=10_000, executed=0, seq=1), waiting("b", duration=500, seq=2)],
+        {"b": None},
+        settings=settings(horizon_s=3600.0),
+    ),
+    Case(
+        # a declares nothing; its user's other job declares 2000 s: a is expected to run 2000 s in all
+        "a running job without a duration takes its user's median; those behind it are guessed",
+        [running("a", 0, duration=None, executed=500, seq=1), waiting("b", duration=2000, seq=2)],
+        {"b": 1500},
+        {"b": GUESSED},
+    ),
+    Case(
+        # c declares nothing but starts after b, so b's ETA rests on declared durations only
+        "a guessed job later in the queue does not lower the quality of those ahead",
+        [running("a", 0, duration=1000, executed=0, seq=1), waiting("b", duration=500, seq=2),
+         waiting("c", duration=None, seq=3)],
+        {"b": 1000, "c": 1500},
+        {"b": DURATIONS, "c": GUESSED},
+    ),
+    Case(
+        "beyond max_jobs: no ETA; the kept ones follow the last round's order",
+        [running("a", 0, duration=1000, executed=0, seq=1), waiting("b", duration=500, seq=2),
+         waiting("c", duration=500, seq=3)],
+        {"c": 1000, "b": None},
+        settings=settings(max_jobs=1),
+        order=("a", "c", "b"),
+    ),
+    Case(
+        "the time scale divides durations (an emulated cluster's speed-up)",
+        [running("a", 0, duration=3000, executed=50, seq=1), waiting("b", duration=500, seq=2)],
+        {"b": 100},
+        settings=settings(time_scale=20.0, round_s=3.0),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_eta_case(case: Case) -> None:
+    jobs = jobs_of(*case.jobs)
+    state = cluster(nodes=1, per_node=case.gpus, running=[j for j in case.jobs if j.is_running])
+    before = frozen(jobs, state)
+    request = prepare(jobs, state, NOW, case.settings, order=case.order)
+    assert_unchanged(before, jobs, state)
+    table = pickle.loads(pickle.dumps(predict(pickle.loads(pickle.dumps(request)))))  # it crosses processes
+    assert table.now == NOW
+    for job_id, expected in case.expect.items():
+        eta = table.etas[job_id]
+        if expected is None:
+            assert eta.start is None, (job_id, eta)
+            assert eta.reason, (job_id, eta)
+        else:
+            assert eta.start == pytest.approx(NOW + expected, abs=1.0), (job_id, eta)
+            assert eta.reason is None
+    for job_id, quality in case.quality.items():
+        assert table.etas[job_id].quality == quality, job_id
+    assert not {j.job_id for j in case.jobs if j.is_running} & set(table.etas)  # running jobs: no ETA
+
+
+def test_beyond_max_jobs_says_why() -> None:
+    jobs = jobs_of(running("a", 0, duration=1000, executed=0, seq=1), waiting("b", duration=5, seq=2),
+                   waiting("c", duration=5, seq=3))  # fmt: skip
+    table = predict(prepare(jobs, cluster(nodes=1, per_node=1, running=[jobs["a"]]), NOW, settings(max_jobs=1)))
+    assert table.etas["c"].reason == "#2 in the queue; the ETA simulates the first 1 queued jobs"
+
+
+def test_no_queued_job_simulates_nothing() -> None:
+    jobs = jobs_of(running("a", 0, duration=1000, executed=0, seq=1))
+    table = predict(prepare(jobs, cluster(nodes=1, per_node=1, running=[jobs["a"]]), NOW, settings()))
+    assert table.etas == {}
+    assert table.simulated_s == 0.0
+
+
+@pytest.mark.parametrize(
+    ("jobs", "expect"),
+    [
+        pytest.param([job("x", user="u", kind="BE")], {"x": 3600.0}, id="nothing declared: the default"),
+        pytest.param(
+            [job("x", user="u"), job("y", user="u", duration=100), job("z", user="u", duration=300),
+             job("w", user="v", duration=9000)],
+            {"x": 200.0}, id="the median of the same user's jobs of the class",
+        ),
+        pytest.param([job("x", user="u"), job("w", user="v", duration=9000)], {"x": 9000.0},
+                     id="else the median of the class"),
+        pytest.param([job("x", user="u", kind="TE"), job("w", user="u", duration=9000)], {"x": 3600.0},
+                     id="another class does not count"),
+        pytest.param([job("x", executed=5000)], {"x": 10_000.0}, id="a job that ran longer runs as long again"),
+    ],
+)
+def test_fallback_durations(jobs: list[JobState], expect: dict[str, float]) -> None:
+    assert fallback_durations(jobs, 3600.0) == expect
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [({"horizon_s": 0.0}, "horizon_s"), ({"max_jobs": 0}, "max_jobs"), ({"default_duration_s": -1.0}, "default"),
+     ({"time_scale": float("nan")}, "time_scale")],
+)
+def test_settings_reject_nonsense(kw: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        settings(**kw)
+
+
+def test_eta_fields_of_a_reply() -> None:
+    table = predict(prepare(jobs_of(waiting("b", duration=5, seq=1)), cluster(nodes=1, per_node=1), NOW, settings()))
+    assert eta_fields("b", NOW + 30, table) == {"eta_s": 0.0, "eta_time": NOW, "eta_quality": DURATIONS}
+    assert eta_fields("new", NOW, table) == {"eta_reason": NO_ETA_YET}
+    assert eta_fields("b", NOW, None) == {"eta_reason": NO_ETA_YET}
+    assert "off" in str(eta_fields("b", NOW, table, enabled=False)["eta_reason"])
+
+
+def test_the_synthesizer_is_simulated_as_its_combination_in_force() -> None:
+    from services.core.registry import SCHEDULING
+
+    synthesizer = SCHEDULING.create("synthesizer")
+    name, opts = policy_in_force(synthesizer, "synthesizer", ())
+    assert name != "synthesizer"
+    assert name in SCHEDULING.names()
+    assert opts == ()
+    assert policy_in_force(SCHEDULING.create("las"), "las", (("x", 1),)) == ("las", (("x", 1),))
+
+
+def test_refresher_runs_off_the_loop_and_only_when_asked() -> None:
+    jobs = jobs_of(running("a", 0, duration=1000, executed=0, seq=1), waiting("b", duration=5, seq=2))
+    request = prepare(jobs, cluster(nodes=1, per_node=1, running=[jobs["a"]]), NOW, settings(), epoch=3)
+    pending: list[EtaRequest | None] = [None, request]
+
+    async def scenario() -> tuple[EtaTable | None, EtaTable | None, EtaTable | None]:
+        refresher = EtaRefresher(lambda: pending.pop(0) if pending else None, interval_s=1.0, executor="thread")
+        try:
+            first = await refresher.refresh()  # nothing due
+            second = await refresher.refresh()
+            third = await refresher.refresh()  # nothing due again: the table stays
+        finally:
+            await refresher.stop()
+        assert refresher.table is second
+        assert refresher.runs == 1
+        return first, second, third
+
+    first, second, third = asyncio.run(scenario())
+    assert first is None
+    assert third is None
+    assert second is not None
+    assert second.epoch == 3
+    assert second.elapsed_s > 0
+    assert second.etas["b"].start == pytest.approx(NOW + 1000, abs=1)
+
+
+def test_refresher_survives_a_failing_snapshot() -> None:
+    def broken() -> EtaRequest | None:
+        raise RuntimeError("boom")
+
+    async def scenario() -> EtaRefresher:
+        refresher = EtaRefresher(broken, interval_s=1.0, executor="thread")
+        assert await refresher.refresh() is None
+        return refresher
+
+    assert asyncio.run(scenario()).failures == 1
+
+
+def test_held_jobs_are_not_simulated() -> None:
+    held = waiting("h", duration=5, seq=2)
+    held.status = JobStatus.HELD
+    jobs = jobs_of(waiting("b", duration=5, seq=1), held)
+    table = predict(prepare(jobs, cluster(nodes=1, per_node=1), NOW, settings()))
+    assert set(table.etas) == {"b"}
