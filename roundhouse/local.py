@@ -22,6 +22,12 @@ starts anything. A restart in the same directory reuses the namespace recorded i
 (and the credentials in ``<state>/auth``, which ``AuthDirectory.init`` keeps), so the scheduler's
 store, the broker's streams and the identities all stay one cluster's: a queued job is picked up again.
 
+With ``dashboard`` (``roundhouse up`` turns it on; off by default here, so the many tests that start a
+cluster do not pay for a web server they never load) a ``roundhouse dashboard`` child serves the web
+page on loopback (``dashboard_port``, 0: a free one); it writes the URL it bound to
+``<state>/dashboard.url``, which :meth:`LocalCluster.wait_ready` records in ``up.json`` as
+``dashboard_url``. It holds no credentials of its own: visitors sign in as their own identity.
+
 Each policy service gets its own options (``scheduler_options``, ``admission_options``,
 ``placement_options`` as ``--policy-options``); the policy names and options are checked against the
 registries before anything starts. ``ROUNDHOUSE_POLICY`` and ``ROUNDHOUSE_POLICY_OPTIONS`` are not
@@ -69,6 +75,8 @@ CHILDREN_FILE: Final = "children.json"
 """The pids of the running ``up``'s processes, so the next ``up`` can stop what a crashed one left."""
 STATE_DIR_ENV: Final = "ROUNDHOUSE_UP_STATE_DIR"
 """Set in every child's environment: marks a process as this state directory's (see ``_stop_leftovers``)."""
+DASHBOARD_URL_FILE: Final = "dashboard.url"
+"""Where the dashboard child writes the URL it serves (it may bind a free port)."""
 SHARED_POLICY_ENV: Final = ("ROUNDHOUSE_POLICY", "ROUNDHOUSE_POLICY_OPTIONS")
 """Environment settings every service would read alike; ``up`` sets each service's own instead."""
 
@@ -244,6 +252,10 @@ class LocalClusterConfig:
     """The user whose credentials ``up.json`` names; None: $ROUNDHOUSE_USER, else the login name."""
     metrics: bool = True
     """Every service and worker serves ``/metrics`` on a free loopback port (``metrics_urls``)."""
+    dashboard: bool = False
+    """Run ``roundhouse dashboard`` too (``dashboard_url``); ``roundhouse up`` turns it on."""
+    dashboard_port: int = 0
+    """The dashboard's loopback port (0: a free one)."""
 
 
 @dataclass(slots=True)
@@ -270,6 +282,8 @@ class LocalCluster:
         """The cluster's identities (None: no authentication)."""
         self.metrics_urls: dict[str, str] = {}
         """``/metrics`` of each service (by kind) and worker (by node id), once ``wait_ready`` returned."""
+        self.dashboard_url: str | None = None
+        """The web dashboard's URL, once ``wait_ready`` returned (None: no dashboard)."""
         self.state_lock = StateDirLock(self.state_dir)
         self.namespace_reused = False
         """Whether ``start`` took the namespace an earlier run recorded in the state directory."""
@@ -418,6 +432,14 @@ class LocalCluster:
         args += self._creds_args(Role.WORKER, node_id) + self._metrics_args()
         return args + config.extra_args.get("worker", [])
 
+    def _dashboard_args(self) -> list[str]:
+        assert self.endpoint is not None
+        # No --creds: visitors sign in with their own; an open cluster's page is open too.
+        args = ["dashboard", "--nats", self.endpoint.nats, "--namespace", self.endpoint.namespace,
+                "--host", "127.0.0.1", "--port", str(self.config.dashboard_port),
+                "--state-dir", str(self.state_dir), "--url-file", str(self.state_dir / DASHBOARD_URL_FILE)]
+        return args + (["--insecure"] if self.auth is None else []) + self.config.extra_args.get("dashboard", [])
+
     def start(self) -> Endpoint:
         """Check the policies, lock the state directory, start the broker, the services and the workers.
 
@@ -437,6 +459,9 @@ class LocalCluster:
                 self._spawn(kind, self._service_args(kind))
             for index in range(len(self.node_ids)):
                 self._spawn(f"worker-{index}", self._worker_args(index))
+            if self.config.dashboard:
+                (self.state_dir / DASHBOARD_URL_FILE).unlink(missing_ok=True)  # an earlier run's port
+                self._spawn("dashboard", self._dashboard_args())
             self._record_children()
         except BaseException:
             self.stop()
@@ -453,22 +478,36 @@ class LocalCluster:
             self.check()
             urls: dict[str, str] = {}
             found = asyncio.run(_ping_counts(self.endpoint, want, operator, urls))
-            if all(found.get(kind, 0) >= count for kind, count in want.items()):
+            dashboard_url = self._read_dashboard_url()
+            if all(found.get(kind, 0) >= count for kind, count in want.items()) and (
+                dashboard_url is not None or not self.config.dashboard
+            ):
                 self.metrics_urls = dict(sorted(urls.items()))
+                self.dashboard_url = dashboard_url
                 self._record_metrics_urls()
                 return
             if time.monotonic() > deadline:
                 raise LocalClusterError(f"not ready after {timeout_s:.0f} s: answering {found}, want {want}")
             time.sleep(0.2)
 
+    def _read_dashboard_url(self) -> str | None:
+        try:
+            url = (self.state_dir / DASHBOARD_URL_FILE).read_text().strip()
+        except OSError:
+            return None
+        return url or None
+
     def _record_metrics_urls(self) -> None:
-        """Add ``metrics_urls`` to ``up.json`` (commands that find the cluster read only their keys)."""
+        """Add ``metrics_urls`` (and ``dashboard_url``) to ``up.json`` (commands that find the cluster
+        read only their keys)."""
         path = self.state_dir / UP_FILE
         try:
             found = json.loads(path.read_text())
         except (OSError, ValueError):
             return
         found["metrics_urls"] = self.metrics_urls
+        if self.dashboard_url is not None:
+            found["dashboard_url"] = self.dashboard_url
         path.write_text(json.dumps(found) + "\n")
 
     def wanted_answers(self) -> dict[str, int]:

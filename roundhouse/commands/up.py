@@ -13,6 +13,10 @@ per state directory: a second one there refuses and names the first's pid (after
 crashed one left running). Each policy service takes
 its own options (``--scheduler-options`` and so on, JSON objects as ``roundhouse simulate`` takes
 them); policy names and options are checked before anything starts.
+
+It also serves the read-only web dashboard (``roundhouse dashboard``) on 127.0.0.1 (``--dashboard-port``,
+a free port by default; ``--no-dashboard`` leaves it out): its URL is printed and recorded in ``up.json``
+as ``dashboard_url``. Visitors sign in as their own identity (docs/operations.md, "Dashboard").
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import sys
 import threading
 from pathlib import Path
 
+from roundhouse.commands.dashboard import _port as port_number
 from roundhouse.commands.simulate import _options as policy_options
 from roundhouse.local import (
     POLICY_REGISTRIES,
@@ -91,6 +96,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--insecure", action="store_true",
         help="no authentication: anyone who can reach the NATS port may do anything (never on a shared host)",
     )  # fmt: skip
+    parser.add_argument("--dashboard-port", type=port_number, default=0,
+                        help="the web dashboard's port on 127.0.0.1 (default: 0, a free one; printed)")
+    parser.add_argument("--no-dashboard", action="store_true", help="do not serve the web dashboard")
     parser.add_argument("--user", help="the user identity commands run here act as (default: your login name)")
     parser.set_defaults(handler=run)
 
@@ -112,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         scheduler_options=args.scheduler_options, placement_options=args.placement_options,
         admission_options=args.admission_options, round_s=args.round_s, emulate=args.emulate, speedup=args.speedup,
         namespace=args.namespace, log_level=args.log_level,
-        auth=not args.insecure, user=args.user,
+        auth=not args.insecure, user=args.user, dashboard=not args.no_dashboard, dashboard_port=args.dashboard_port,
     )  # fmt: skip
     try:
         check_policies(config)
@@ -140,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
                   "metrics_urls):", flush=True)  # fmt: skip
             for name, url in cluster.metrics_urls.items():
                 print(f"    {name:<10} {url}", flush=True)
+        if cluster.dashboard_url:
+            sign_in = "" if cluster.auth is None else " (sign in: your identity, and the seed of its credentials file)"
+            print(f"  dashboard  {cluster.dashboard_url}{sign_in}", flush=True)
         if cluster.auth is not None:
             print(f"  credentials in {cluster.auth.root}; commands here connect as {cluster.user or 'operator'} "
                   f"({cluster.user_creds})", flush=True)  # fmt: skip

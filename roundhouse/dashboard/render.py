@@ -85,6 +85,15 @@ def _running(snapshot: Snapshot) -> str:
                   table_id="running", empty="no job is running")  # fmt: skip
 
 
+def _finished(snapshot: Snapshot, last: int = 20) -> str:
+    done = sorted(snapshot.finished, key=lambda job: job.finish_time or 0.0, reverse=True)[:last]
+    rows = [[_text(job.job_id), _text(job.name), _text(job.user), _text(job.status), _text(job.gpus),
+             _text(_duration(job.finish_time - job.submit_time) if job.finish_time is not None else "-"),
+             _text(one_line(job.reason) or "-")] for job in done]  # fmt: skip
+    return _table(("ID", "NAME", "USER", "STATUS", "GPUS", "JCT", "REASON"), rows, table_id="finished",
+                  empty="no job has finished")  # fmt: skip
+
+
 def _gauge(used: int, total: int | None) -> str:
     if not total:
         return _text(f"{used} in use")
@@ -192,7 +201,7 @@ def render_page(snapshot: Snapshot, samples: list[Sample], *, refresh_s: float, 
 <h2>Running</h2>{_running(snapshot)}
 <h2>Nodes</h2>{_nodes(snapshot.nodes)}
 <h2>Over time</h2>{_over_time(samples)}
-<h2>Completed jobs</h2><div class="grid">{_jct(snapshot.finished)}</div>
+<h2>Finished jobs</h2><div class="grid">{_jct(snapshot.finished)}</div>{_finished(snapshot)}
 <h2>Policies in force</h2>{_policies(snapshot.policies)}
 </body></html>
 """
