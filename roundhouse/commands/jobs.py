@@ -5,6 +5,10 @@ last round's ranking, ``queue_position``; jobs that arrived since, by submission
 running ones (earliest start first) and finished ones (earliest finish first). ``--status`` takes
 Roundhouse's statuses and Slurm's and Kueue's words (``statuses.py``); an unknown word is an error.
 
+START is when a job first started; for a queued job, when it is expected to start (its ETA: the
+scheduler's forward simulation under the policy in force, ``eta_s`` in ``--json``), as ``in 12m
+(14:05)``, with ``~`` when it rests on a guessed duration (a job without ``expected_duration_s``).
+
 What a listing needs (the client, the schemas, NATS) is imported when the command runs, not when
 the CLI starts (``roundhouse --help`` and every other command stay quick).
 """
@@ -59,6 +63,24 @@ def _age(ts: float | None, now: float) -> str:
     if ts is None:
         return "-"
     return _duration(max(0.0, now - ts)) + " ago"
+
+
+def _clock(ts: float, now: float) -> str:
+    """A wall-clock time: ``14:05`` within a day of ``now``, else ``Nov 28 14:05``."""
+    local = time.localtime(ts)
+    return time.strftime("%H:%M" if abs(ts - now) < 86400 else "%b %d %H:%M", local)
+
+
+def _start(job: JobView, now: float) -> str:
+    """START: since when it runs (or ran), or for a queued job its ETA (module doc)."""
+    if job.first_start_time is not None and job.status != "queued":
+        return _age(job.first_start_time, now)
+    if job.eta_s is None or job.eta_time is None:
+        return _age(job.first_start_time, now)
+    guessed = "~" if job.eta_quality == "guessed" else ""
+    if job.eta_s < 1:
+        return f"{guessed}now"
+    return f"{guessed}in {_duration(job.eta_s)} ({_clock(job.eta_time, now)})"
 
 
 def _duration(seconds: float) -> str:
@@ -138,7 +160,7 @@ def format_table(jobs: list[JobView], now: float) -> str:
         runtime = _runtime(job.runtime_s) if job.first_start_time is not None else "-"
         gpu_hours = f"{job.attained_service_s / 3600:.2f}" if job.first_start_time is not None else "-"
         rows.append((job.job_id, job.name, job.user, job.job_class.value, job.status, str(job.gpus), placement,
-                     _age(job.submit_time, now), _age(job.first_start_time, now), runtime, gpu_hours,
+                     _age(job.submit_time, now), _start(job, now), runtime, gpu_hours,
                      str(job.iterations_done), str(job.preemptions), one_line(job.reason)))  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
