@@ -26,8 +26,7 @@ __all__ = ["DashboardConfig", "create_app", "serve"]
 log = logging.getLogger("roundhouse.dashboard")
 
 _SESSIONS: web.AppKey[Sessions] = web.AppKey("sessions", Sessions)
-_SESSION_KEY = "roundhouse_session"
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PageHandler = Callable[[web.Request, Session], Awaitable[web.StreamResponse]]
 _REALM = 'Basic realm="Roundhouse: user = your identity, password = your credentials seed", charset="UTF-8"'
 _HEADERS = {
     # No script, no frame, no outside asset: the page is inline HTML, CSS and SVG.
@@ -61,8 +60,17 @@ def _unauthorized(reason: str) -> web.Response:
     return web.Response(status=401, text=f"401 Unauthorized: {reason}\n", headers=headers)
 
 
-@web.middleware
-async def _sign_in(request: web.Request, handler: Handler) -> web.StreamResponse:
+def _signed_in(handler: PageHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """``handler`` run only for a visitor who signed in (with the visitor's session); 401 otherwise."""
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        session = await _sign_in(request)
+        return session if isinstance(session, web.StreamResponse) else await handler(request, session)
+
+    return guarded
+
+
+async def _sign_in(request: web.Request) -> Session | web.StreamResponse:
     sessions = request.app[_SESSIONS]
     config = request.app[_CONFIG]
     try:
@@ -74,17 +82,15 @@ async def _sign_in(request: web.Request, handler: Handler) -> web.StreamResponse
     if config.insecure:
         visitor = None  # one open session: the dashboard's own connection
     try:
-        request[_SESSION_KEY] = await sessions.get(visitor)
+        return await sessions.get(visitor)
     except SignInRefused as exc:
         log.info("dashboard: sign-in refused for %s: %s", visitor.label if visitor else "?", exc)
         return _unauthorized(str(exc))
     except (OSError, TimeoutError) as exc:
         return web.Response(status=503, text=f"503: cannot reach the bus: {exc}\n", headers=_HEADERS)
-    return await handler(request)
 
 
-async def _page(request: web.Request) -> web.Response:
-    session: Session = request[_SESSION_KEY]
+async def _page(request: web.Request, session: Session) -> web.Response:
     config = request.app[_CONFIG]
     snapshot = await session.snapshot(request.app[_SESSIONS].source)
     body = render_page(snapshot, session.history.samples(), refresh_s=config.refresh_s, cluster=config.cluster)
@@ -93,10 +99,10 @@ async def _page(request: web.Request) -> web.Response:
 
 def create_app(config: DashboardConfig, connect: Connect, source: SnapshotSource) -> web.Application:
     """The application; ``connect`` opens a bus connection as a visitor's credentials."""
-    app = web.Application(middlewares=[_sign_in])
+    app = web.Application()
     app[_CONFIG] = config
     app[_SESSIONS] = Sessions(connect, source, idle_s=config.idle_s, sample_s=config.sample_s)
-    app.router.add_get("/", _page)
+    app.router.add_get("/", _signed_in(_page))  # every route is wrapped: nothing is served unsigned
 
     async def close_sessions(app: web.Application) -> None:
         await app[_SESSIONS].close()

@@ -89,6 +89,10 @@ class Sessions:
         key = visitor.key if visitor is not None else _OPEN_KEY
         loop = asyncio.get_running_loop()
         found = self._sessions.get(key)
+        if found is not None and found.client.bus.nc.is_closed:  # its connection gave up (a broker gone)
+            del self._sessions[key]
+            await found.close()
+            found = None
         if found is None:
             async with self._opening:  # two first requests of one visitor open one connection
                 found = self._sessions.get(key)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import aiohttp
+import nats.errors
 from prometheus_client.parser import text_string_to_metric_families
 
 from roundhouse.commands.jobs import queue_order
@@ -200,6 +201,8 @@ class SnapshotSource:
             errors.append("the scheduler did not answer the jobs query in time")
         except BusError as exc:
             errors.append(f"the scheduler failed to answer: {exc}")
+        except nats.errors.Error as exc:  # the connection closed under us; the next request opens another
+            errors.append(f"the bus connection failed: {type(exc).__name__}")
         known, policies = await self._services(errors)
         nodes = nodes_from_placements(jobs, known)
         return Snapshot(time.time(), client.identity, queue_order(jobs), truncated, nodes, policies, errors)
