@@ -4,16 +4,14 @@ retired setting that the service would silently ignore."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from services.admission.service import AdmissionConfig
 from services.metrics.service import MetricsConfig
 from services.placement.service import PlacementConfig
-from services.runtime.config import ENV_PREFIX
+from services.runtime.config import ENV_PREFIX, ServiceConfig
 from services.scheduler.config import SchedulerConfig
 from services.worker.config import WorkerConfig
 
-SERVICE_MODELS: dict[str, type[BaseModel]] = {
+SERVICE_MODELS: dict[str, type[ServiceConfig]] = {
     "admission": AdmissionConfig,
     "scheduler": SchedulerConfig,
     "placement": PlacementConfig,

@@ -27,6 +27,8 @@ UNITS = sorted(p.name for p in SYSTEMD.glob("*.service"))
 CONTROL_PLANE = {"roundhouse-nats.service": 4.0, "roundhouse@scheduler.service": 4.0}
 """Exposure ceilings (issue 16: at most 4.0 for the control plane)."""
 WORKER_CEILING = 5.0
+INSTANCES = ("admission", "scheduler", "placement", "metrics")
+"""The template's instances (deploy/README.md)."""
 VENV_BIN = Path(sys.executable).parent
 
 needs_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
@@ -50,15 +52,23 @@ def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
     return sections
 
 
-def installed(tmp_path: Path) -> Path:
+def installed(tmp_path: Path, instances: tuple[str, ...] = ("scheduler",)) -> Path:
     """The units as a host would hold them, ExecStart pointed at this checkout's virtual environment
-    (``verify`` requires the binaries to exist), the template instantiated for the scheduler."""
+    (``verify`` requires the binaries to exist), the template instantiated for ``instances``, each
+    with the drop-ins deploy/systemd ships for it (``roundhouse@KIND.service.d/``: its metrics port),
+    which ``systemd-analyze verify`` reads from beside the unit."""
     folder = tmp_path / "units"
     folder.mkdir()
     for name in UNITS:
         text = (SYSTEMD / name).read_text().replace("/opt/roundhouse/venv/bin/", f"{VENV_BIN}/")
-        target = "roundhouse@scheduler.service" if name == "roundhouse@.service" else name
-        (folder / target).write_text(text)
+        if name != "roundhouse@.service":
+            (folder / name).write_text(text)
+            continue
+        for instance in instances:
+            (folder / f"roundhouse@{instance}.service").write_text(text)
+            drop_ins = SYSTEMD / f"roundhouse@{instance}.service.d"
+            if drop_ins.is_dir():
+                shutil.copytree(drop_ins, folder / drop_ins.name)
     return folder
 
 
@@ -92,8 +102,8 @@ def test_the_worker_unit_says_why_it_is_less_confined() -> None:
 
 @needs_analyze
 def test_the_units_verify(tmp_path: Path) -> None:
-    folder = installed(tmp_path)
-    units = sorted(str(p) for p in folder.iterdir())
+    folder = installed(tmp_path, instances=INSTANCES)
+    units = sorted(str(p) for p in folder.glob("*.service"))
     done = subprocess.run(
         ["systemd-analyze", "verify", *units], capture_output=True, text=True, timeout=60, check=False
     )
@@ -117,7 +127,7 @@ def exposure(unit: Path) -> float:
 @needs_analyze
 def test_exposure_scores(tmp_path: Path) -> None:
     folder = installed(tmp_path)
-    scores = {unit.name: exposure(unit) for unit in sorted(folder.iterdir())}
+    scores = {unit.name: exposure(unit) for unit in sorted(folder.glob("*.service"))}
     for name, ceiling in CONTROL_PLANE.items():
         assert scores[name] <= ceiling, f"{name} exposure {scores[name]} > {ceiling}: {scores}"
     assert scores["roundhouse-worker.service"] <= WORKER_CEILING, scores
