@@ -62,15 +62,22 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, table_id: s
     return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def _eta(job: JobView) -> str:
+    """The scheduler's expected start (``~`` when it rests on guessed durations), or why it has none."""
+    if job.eta_s is None:
+        return f'<span title="{_text(job.eta_reason)}">-</span>' if job.eta_reason else "-"
+    guessed = "~" if job.eta_quality == "guessed" else ""
+    return _text(f"in {guessed}{_duration(job.eta_s)}")
+
+
 def _queue(snapshot: Snapshot) -> str:
     now = snapshot.taken_at
     rows = []
     for job in snapshot.waiting:
-        eta = getattr(job, "eta_s", None)  # the scheduler's estimate, where its query provides one
         rows.append([
             _text(job.queue_position if job.queue_position is not None else "-"), _text(job.job_id),
             _text(job.name), _text(job.user), _text(job.job_class.value), _text(job.status), _text(job.gpus),
-            _text(_duration(now - job.submit_time)), _text(_duration(eta) if isinstance(eta, int | float) else "-"),
+            _text(_duration(now - job.submit_time)), _eta(job),
             _text(one_line(job.reason) or "-"),
         ])  # fmt: skip
     return _table(("#", "ID", "NAME", "USER", "CLASS", "STATUS", "GPUS", "WAITED", "ETA", "REASON"), rows,
