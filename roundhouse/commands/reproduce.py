@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from roundhouse.reproduce import Options, ReproductionError, ReproResult, get, load_all
+from roundhouse.text_table import render_table
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,16 +69,13 @@ def run(args: argparse.Namespace) -> int:
 def format_result(result: ReproResult) -> str:
     """A table: metric, paper, ours, unit; then the notes."""
     lines = [f"== {result.name}: {result.title}", f"   {result.source}" + ("  [quick]" if result.options.quick else "")]
-    rows = [("metric", "paper", "ours", "unit")]
-    rows += [
+    rows = [
         (metric.description, _number(metric.paper), _number(metric.ours), metric.unit)
         for metric in result.metrics.values()
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    for row in rows:
-        lines.append(
-            f"   {row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}  {row[3]:<{widths[3]}}".rstrip()
-        )
+    lines.append(
+        render_table(("metric", "paper", "ours", "unit"), rows, justify=("left", "right", "right", "left"), indent=3)
+    )
     for metric in result.metrics.values():
         if metric.note:
             lines.append(f"   note ({metric.description}): {metric.note}")

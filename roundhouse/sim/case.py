@@ -173,6 +173,7 @@ def run_case(case: Case, *, progress: bool = False, record_jobs: bool = False) -
         record_jobs=record_jobs,
     )
     scheduling = SCHEDULING.create(case.scheduler, **case.scheduler_options)
+    bar = ProgressBar(_job_count(case)) if progress else None
     simulator = Simulator(
         workload,
         cluster,
@@ -180,10 +181,14 @@ def run_case(case: Case, *, progress: bool = False, record_jobs: bool = False) -
         scheduling=scheduling,
         placement=PLACEMENT.create(case.placement, **case.placement_options),
         config=config,
-        progress=ProgressBar(_job_count(case)) if progress else None,
+        progress=bar,
     )
     started = time.perf_counter()
-    outcome = simulator.run()
+    try:
+        outcome = simulator.run()
+    finally:
+        if bar is not None:
+            bar.stop()  # after an error too, or a terminal is left without its cursor
     wall = time.perf_counter() - started
     recorded = asdict(case)
     recorded["track"] = list(case.track) if case.track is not None else None

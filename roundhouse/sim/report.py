@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from roundhouse.text_table import Justify, render_table
 from services.core.simulation.engine import Outcome
 from services.core.simulation.stats import percentile
 
@@ -112,7 +113,7 @@ def _cell(key: str, value: Any) -> str:
 
 
 def format_table(rows: Sequence[tuple[Mapping[str, str], Mapping[str, Any]]]) -> str:
-    """A plain-text table: one row per case (its labels, then the main metrics)."""
+    """A plain-text table: one row per case (its labels, left-aligned, then the main metrics)."""
     if not rows:
         return ""
     label_keys = list(rows[0][0])
@@ -121,7 +122,7 @@ def format_table(rows: Sequence[tuple[Mapping[str, str], Mapping[str, Any]]]) ->
         [*(labels[k] for k in label_keys), *(_cell(key, report.get(key)) for _, key in TABLE_COLUMNS)]
         for labels, report in rows
     ]
-    widths = [max(len(str(row[i])) for row in [header, *body]) for i in range(len(header))]
-    lines = ["  ".join(str(c).rjust(w) for c, w in zip(row, widths, strict=True)) for row in [header, *body]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    left: list[Justify] = ["left"] * len(label_keys)
+    right: list[Justify] = ["right"] * len(TABLE_COLUMNS)
+    justify = [*left, *right]
+    return render_table(header, body, justify=justify)
