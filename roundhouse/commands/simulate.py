@@ -1,8 +1,8 @@
 """`roundhouse simulate`: run the scheduling policies on a workload in the discrete-event simulator.
 
 Comma-separated values of ``--scheduler``, ``--admission``, ``--placement``, ``--jobs-per-hour``,
-``--load`` and ``--seed`` make a sweep: every combination runs in its own process and one table
-is printed. See docs/simulator.md.
+``--load`` and ``--seed`` make a sweep: every combination runs in its own process (or, with
+``--ray ADDRESS``, as a task on an existing Ray cluster) and one table is printed. See docs/simulator.md.
 """
 
 from __future__ import annotations
@@ -132,6 +132,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     output.add_argument("--jobs-csv", type=Path, dest="jobs_csv",
                         help="write one row per measured, finished job (a sweep's cases in one file)")
     output.add_argument("--workers", type=int, help="parallel processes for a sweep (default: CPU count)")
+    output.add_argument("--ray", metavar="ADDRESS", dest="ray_address",
+                        help="run the cases as tasks on the existing Ray cluster at ADDRESS (HOST:PORT of its head, "
+                             "ray://HOST:PORT or auto; needs the 'ray' extra); the results are the same as local "
+                             "runs'; --workers does not apply (the cluster's CPUs bound the parallelism)")
     output.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=run_command)
 
@@ -205,6 +209,7 @@ def unfinished_warning(report: dict[str, Any]) -> str | None:
 
 def run_command(args: argparse.Namespace) -> int:
     from roundhouse.sim.plot import PlotUnavailableError, plot_cdfs
+    from roundhouse.sim.ray_runner import RayUnavailableError
     from roundhouse.sim.sweep import run_cases
 
     try:
@@ -214,8 +219,11 @@ def run_command(args: argparse.Namespace) -> int:
             workers=args.workers,
             progress=not args.no_progress and sys.stderr.isatty(),
             record_jobs=args.jobs_csv is not None,
+            ray_address=args.ray_address,
         )
-    except (UnknownPolicyError, WorkloadError, ClusterSpecError, SimulationError, ValueError) as exc:
+    except (
+        UnknownPolicyError, WorkloadError, ClusterSpecError, SimulationError, ValueError, RayUnavailableError
+    ) as exc:
         print(f"roundhouse simulate: {exc}", file=sys.stderr)
         return 2
     rows = [(case.labels(), result.report) for case, result in zip(cases, results, strict=True)]
@@ -233,9 +241,8 @@ def run_command(args: argparse.Namespace) -> int:
         per_case = [(case.labels(), result.jobs) for case, result in zip(cases, results, strict=True)]
         write_jobs_csv(args.jobs_csv, per_case)
     if args.plot is not None:
-        labelled = [(" ".join(case.labels().values()), result) for case, result in zip(cases, results, strict=True)]
         try:
-            plot_cdfs(labelled, args.plot)
+            plot_cdfs(cases, results, args.plot)
         except PlotUnavailableError as exc:
             print(f"roundhouse simulate: {exc}", file=sys.stderr)
             return 2
