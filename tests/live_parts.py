@@ -96,6 +96,13 @@ class LiveParts:
         await service.stop()
         self.placements.remove(service)
 
+    async def swap_placement(self, policy: str, **options: Any) -> PlacementService:
+        """Stop every placement service and start one with ``policy`` (the scheduler sends the new
+        instance a full snapshot: it has no base for deltas)."""
+        for service in list(self.placements):
+            await self.stop_placement(service)
+        return await self.start_placement(policy, **options)
+
     async def start_admission(self, policy: str = "accept-all", **options: Any) -> AdmissionService:
         service = AdmissionService(AdmissionConfig(nats=self.broker.url, namespace=self.namespace, policy=policy,
                                                    policy_options=options, reoffer_interval_s=0.2))  # fmt: skip
@@ -114,15 +121,14 @@ class LiveParts:
         self.workers[node_id] = worker
         return worker
 
-    async def up(self, nodes: dict[str, int], *, policy: str = "consolidated", admission: str = "accept-all",
+    async def up(self, nodes: dict[str, int], *, placement: str = "consolidated", admission: str = "accept-all",
                  admission_options: dict[str, Any] | None = None, placement_options: dict[str, Any] | None = None,
                  **scheduler: Any) -> SchedulerService:  # fmt: skip
         """The usual cluster: a leading scheduler, placement, admission, and one agent per node."""
         leader = await self.start_scheduler(**scheduler)
         await eventually(lambda: leader.is_leader, 15, "a leading scheduler")
-        await self.start_placement(policy, **(placement_options or {}))
-        for node_id, gpus in nodes.items():
-            await self.start_worker(node_id, gpus)
+        await self.start_placement(placement, **(placement_options or {}))
+        await asyncio.gather(*(self.start_worker(node_id, gpus) for node_id, gpus in nodes.items()))
         await eventually(lambda: all(n in leader.inventory for n in nodes), 15, "every node registered")
         await self.start_admission(admission, **(admission_options or {}))
         return leader
