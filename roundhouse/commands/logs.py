@@ -8,7 +8,8 @@ each chunk from the node that ran it (``services/scheduler/logs_query.py``). Run
 
 ``-f`` prints what there is, then keeps polling the selected ranks of the current run, and of the
 runs that follow if the job is preempted and resumed (unless ``--run`` pins one), until the job ends
-(exit 0) or Ctrl-C. A run whose node is gone is reported as unavailable, naming the node, on stderr.
+(exit 0) or Ctrl-C. A run whose node is gone is reported as unavailable, naming the node, on stderr
+(without ``-f`` the exit code is then 1: the rest was printed, but the output is incomplete).
 """
 
 from __future__ import annotations
@@ -128,7 +129,6 @@ class Reader:
     err: TextIO
     offsets: dict[tuple[int, int], int] = field(default_factory=dict)
     unavailable: set[tuple[int, int]] = field(default_factory=set)
-    printed: bool = False
 
     def query(self, **fields: object) -> LogsQuery:
         from schemas.logs import LogsQuery
@@ -163,7 +163,7 @@ class Reader:
             self.offsets[stream] = chunk.next_offset
             if chunk.data:
                 self.printer.write(stream, chunk.data)
-                got = self.printed = True
+                got = True
 
 
 async def show(client: Client, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -181,7 +181,7 @@ async def show(client: Client, args: argparse.Namespace, out: TextIO, err: TextI
     for stream in chosen:
         await reader.drain(stream)
         reader.printer.flush(stream)
-    return 1 if reader.unavailable and not reader.printed else 0
+    return 1 if reader.unavailable else 0  # what could be read was printed; the output is incomplete
 
 
 async def follow(reader: Reader, args: argparse.Namespace, chosen: list[tuple[int, int]], reply: LogsReply) -> int:
