@@ -7,6 +7,12 @@ its GPUs go to other jobs. The clock is passed in (``now``, monotonic seconds), 
 The inventory is persisted (store ``meta`` key ``scheduler.nodes``) so that a restarted or newly
 elected scheduler knows the nodes without replaying ``node.register``; a node loaded that way is
 given a fresh ``lease_ttl_s`` from the load, because nobody knows when it last spoke.
+
+A node *drains* (takes no new work, keeps its running jobs) when its agent says it is leaving
+(``agent_draining``, from heartbeats) or an operator drained it (``drain``, an :class:`OperatorDrain`,
+``roundhouse drain``). The operator's drain is persisted with the inventory and kept across the
+agent's re-registrations, so it survives a scheduler restart or failover and an agent restart;
+only ``roundhouse undrain`` lifts it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,15 @@ from dataclasses import dataclass
 from schemas.nodes import NodeRegister
 
 META_KEY = "scheduler.nodes"
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorDrain:
+    """An operator's drain of one node: who, when (epoch seconds) and why."""
+
+    by: str
+    at: float
+    reason: str | None = None
 
 
 @dataclass(slots=True)
@@ -34,7 +49,15 @@ class NodeInfo:
     gpu_type: str = "generic"
     last_seen: float = 0.0
     """Monotonic time of the last register or heartbeat."""
-    draining: bool = False
+    agent_draining: bool = False
+    """Its agent says it is leaving (a heartbeat's ``draining``)."""
+    drain: OperatorDrain | None = None
+    """An operator drained it (None: not drained by an operator)."""
+
+    @property
+    def draining(self) -> bool:
+        """Takes no new work because it drains: its agent is leaving, or an operator drained it."""
+        return self.agent_draining or self.drain is not None
 
 
 class Inventory:
@@ -62,6 +85,7 @@ class Inventory:
         """Record a registration; returns the previous incarnation if the agent restarted."""
         previous = self._nodes.get(event.node_id)
         incarnation = str(event.incarnation)
+        # An operator's drain outlives the agent: a restarted agent registering again is still drained.
         gpu_type = event.gpus[0].name if event.gpus else "generic"
         self._nodes[event.node_id] = NodeInfo(
             node_id=event.node_id,
@@ -72,6 +96,7 @@ class Inventory:
             memory_gb=event.memory_gb,
             gpu_type=gpu_type,
             last_seen=now,
+            drain=previous.drain if previous is not None else None,
         )
         self._dead.discard(event.node_id)
         self.version += 1
@@ -85,11 +110,23 @@ class Inventory:
         if node is None or node.incarnation != str(incarnation):
             return False
         node.last_seen = now
-        if node.draining != draining:
-            node.draining = draining
+        if node.agent_draining != draining:
+            node.agent_draining = draining
             self.version += 1
         if node_id in self._dead:
             self._dead.discard(node_id)
+            self.version += 1
+        return True
+
+    def set_drain(self, node_id: str, drain: OperatorDrain | None) -> bool:
+        """Drain ``node_id`` as an operator (``drain``) or lift that drain (None); returns whether
+        anything changed. KeyError for a node never registered."""
+        node = self._nodes[node_id]
+        if node.drain == drain:
+            return False
+        was = node.draining
+        node.drain = drain
+        if node.draining != was:
             self.version += 1
         return True
 
@@ -134,18 +171,33 @@ class Inventory:
 
     # --- persistence ------------------------------------------------------------------------
     def dumps(self) -> str:
-        return json.dumps(
-            {
-                n.node_id: [n.hostname, list(n.gpus), n.incarnation, n.cpus, n.memory_gb, n.gpu_type]
-                for n in self._nodes.values()
-            },
-            separators=(",", ":"),
-        )
+        """Each node as ``[host, gpus, incarnation, cpus, memory_gb, gpu_type]``, and an operator's
+        drain as a seventh element ``{"by", "at", "reason"}`` (absent when not drained)."""
+        return json.dumps({n.node_id: _row(n) for n in self._nodes.values()}, separators=(",", ":"))
 
     def loads(self, text: str | None, now: float) -> None:
         self._nodes.clear()
         self._dead.clear()
         if text:
-            for node_id, (host, gpus, inc, cpus, mem, gpu_type) in json.loads(text).items():
-                self._nodes[node_id] = NodeInfo(node_id, host, tuple(gpus), inc, cpus, mem, gpu_type, last_seen=now)
+            for node_id, row in json.loads(text).items():
+                host, gpus, inc, cpus, mem, gpu_type = row[:6]
+                drain = _drain_from(row[6]) if len(row) > 6 else None
+                self._nodes[node_id] = NodeInfo(
+                    node_id, host, tuple(gpus), inc, cpus, mem, gpu_type, last_seen=now, drain=drain
+                )
         self.version += 1
+
+
+def _row(node: NodeInfo) -> list[object]:
+    row: list[object] = [node.hostname, list(node.gpus), node.incarnation, node.cpus, node.memory_gb, node.gpu_type]
+    if node.drain is not None:
+        row.append({"by": node.drain.by, "at": node.drain.at, "reason": node.drain.reason})
+    return row
+
+
+def _drain_from(value: object) -> OperatorDrain | None:
+    """A stored drain (a row written before drains existed has none)."""
+    if not isinstance(value, dict):
+        return None
+    reason = value.get("reason")
+    return OperatorDrain(str(value.get("by", "")), float(value.get("at", 0.0)), str(reason) if reason else None)
