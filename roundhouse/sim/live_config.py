@@ -12,9 +12,9 @@ simulation                  live setting
 ==========================  ===========================================================================
 round length                ``SchedulerConfig.round_s`` x the time scale
 fill rounds                 ``SchedulerConfig.fill_between_rounds``
-scheduling policy, options  ``SchedulerConfig.policy`` / ``policy_options``
-placement policy, options   ``PlacementConfig.policy`` / ``policy_options``
-admission policy, options   ``AdmissionConfig.policy`` / ``policy_options``
+scheduling policy, options  ``SchedulerConfig.policy`` / ``policy_options`` (durations x the time scale)
+placement policy, options   ``PlacementConfig.policy`` / ``policy_options`` (the same)
+admission policy, options   ``AdmissionConfig.policy`` / ``policy_options`` (the same)
 preemption costs            an emulating worker's: each model's checkpoint cost (``services.core.costs``,
                             as ``services.worker.emulator`` waits it), ``emulate_checkpoint_s`` for a job
                             without a model, and no restore, relaunch or spread penalty (the emulator
@@ -31,6 +31,7 @@ for real jobs. Live latencies are multiplied by it.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from services.admission.service import AdmissionConfig
 from services.core.costs import CostModel, ModelCosts
-from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING, Registry
 from services.core.simulation.engine import SimConfig, Simulator
 from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState
@@ -57,6 +58,7 @@ __all__ = [
     "emulated_costs",
     "local_cluster_settings",
     "parse_service_args",
+    "scaled_options",
     "simulation_from_live",
 ]
 
@@ -113,6 +115,40 @@ def emulated_costs(worker: WorkerConfig, base: CostModel | None = None) -> CostM
     # for_model(None) -> default). A model name the table lacks gets the same default here but the
     # CostModel's default in the emulator: equal unless emulate_checkpoint_s was changed.
     return CostModel(models=MappingProxyType(models), default=emulated(base.default, worker.emulate_checkpoint_s))
+
+
+def scaled_options(registry: Registry[Any], name: str, options: Mapping[str, Any], scale: float) -> dict[str, Any]:
+    """``options`` of policy ``name`` with every duration multiplied by ``scale``.
+
+    A live service's clock is real time: on an emulated cluster at speed-up X, an option of 60 s
+    (LAS's ``starvation_s``, Tiresias' ``queue_thresholds_gpu_s``, ...) is 60 X simulated seconds.
+    Durations are the options whose name ends in ``_s`` (the project's convention), given or left at
+    the factory's default (read from its signature): numbers and sequences of numbers; None stays."""
+    out = dict(options)
+    if scale == 1.0:
+        return out
+    registry.names()  # loads the policy packages
+    factory = registry._factories.get(name)
+    defaults: dict[str, Any] = {}
+    if factory is not None:
+        try:
+            parameters = list(inspect.signature(factory).parameters.values())
+        except (TypeError, ValueError):  # a factory without a signature: only the given options
+            parameters = []
+        for parameter in parameters:
+            if parameter.kind is parameter.KEYWORD_ONLY and parameter.default is not parameter.empty:
+                defaults[parameter.name] = parameter.default
+    for key in sorted({*defaults, *out}):
+        if not key.endswith("_s"):
+            continue
+        value = out.get(key, defaults.get(key))
+        if isinstance(value, bool) or value is None:
+            continue
+        if isinstance(value, (int, float)):
+            out[key] = value * scale
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value):
+            out[key] = [v * scale for v in value]
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -183,14 +219,15 @@ def simulation_from_live(
         record_jobs=record_jobs,
         max_time_s=max_time_s,
     )
+    placement, admission = settings.placement, settings.admission
     return LiveSimulation(
         config=config,
         scheduler=scheduler.policy,
-        scheduler_options=dict(scheduler.policy_options),
-        placement=settings.placement.policy,
-        placement_options=dict(settings.placement.policy_options),
-        admission=settings.admission.policy,
-        admission_options=dict(settings.admission.policy_options),
+        scheduler_options=scaled_options(SCHEDULING, scheduler.policy, scheduler.policy_options, scale),
+        placement=placement.policy,
+        placement_options=scaled_options(PLACEMENT, placement.policy, placement.policy_options, scale),
+        admission=admission.policy,
+        admission_options=scaled_options(ADMISSION, admission.policy, admission.policy_options, scale),
         time_scale=scale,
         lease_ttl_s=scheduler.lease_ttl_s * scale,
         emulated=worker.emulate,
