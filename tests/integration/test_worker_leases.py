@@ -120,10 +120,17 @@ async def test_a_revoked_job_stops_at_an_iteration_boundary_and_resumes_without_
 
 
 async def test_commands_from_an_older_epoch_are_refused(cluster: Cluster) -> None:
+    """A newer leader's accepted grant moves the fence; a refused command with a newer epoch does not
+    (else one refused command would fence the real leader out for good: issue 18, epoch poisoning)."""
     sched = cluster.scheduler
     job = job_id()
     newer = sched.grant(NODE, job, cluster.loop(5), epoch=sched.epoch + 10)
-    assert (await sched.send(newer)).accepted
+    first = await sched.send(newer)
+    assert first.accepted
+    assert first.epoch_seen == sched.epoch + 10
+    refused = await sched.send(sched.grant(NODE, job_id(), cluster.loop(5), gpus=[7], epoch=sched.epoch + 1000))
+    assert refused.error is LeaseAckError.NO_SUCH_GPU
+    assert refused.epoch_seen == sched.epoch + 10  # refused: the fence stayed where the leader's grant put it
     sched.epoch += 10
     stale = sched.grant(NODE, job_id(), cluster.loop(5), epoch=sched.epoch - 1, gpus=[1])
     ack = await sched.send(stale)

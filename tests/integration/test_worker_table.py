@@ -20,14 +20,17 @@ def grant(lease_id: str = "l1", gpus: tuple[int, ...] = (0,), *, epoch: int = 3,
                       resume_from=resume, resume_iteration=12 if resume else None)  # fmt: skip
 
 
-def test_the_fence_admits_equal_and_newer_epochs_only() -> None:
+def test_the_fence_admits_equal_and_newer_epochs_and_moves_only_with_an_accepted_command() -> None:
+    """A newer epoch passes the check, but only a command the agent then accepts moves the fence: a
+    newer epoch on a command refused for another reason (here 2**53, refused) leaves the leader's
+    epoch admitted (the epoch-poisoning livelock, issue 18)."""
     fence = EpochFence()
     admitted = []
-    for e in (3, 3, 5, 4, 5, 9, 0):
+    for e, accepted in ((3, True), (3, True), (5, True), (4, True), (2**53, False), (5, True), (9, True), (0, True)):
         admitted.append(fence.allows(e))
-        if admitted[-1]:
+        if admitted[-1] and accepted:
             fence.advance(e)
-    assert admitted == [True, True, True, False, True, True, False]
+    assert admitted == [True, True, True, False, True, True, True, False]
     assert fence.seen == 9
 
 
