@@ -8,16 +8,22 @@ in a file are an error that names the key, because a misspelt setting silently i
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 ENV_PREFIX = "ROUNDHOUSE_"
+# A host name as RFC 1123 spells one (dot-separated labels of letters, digits and inner hyphens).
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
 
 
 class ConfigError(ValueError):
@@ -68,6 +74,18 @@ class ServiceConfig(BaseModel):
     @property
     def nats_servers(self) -> list[str]:
         return [s.strip() for s in self.nats.split(",") if s.strip()]
+
+    @field_validator("metrics_host")
+    @classmethod
+    def _one_address(cls, value: str) -> str:
+        """An IP address or a host name, nothing more: ``0.0.0.0:9461`` or ``http://host`` would
+        otherwise surface only at start, as a resolver error that does not name the setting."""
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if _HOSTNAME.match(value) is None:
+                raise ValueError(f"{value!r} is not an IP address or a host name (the port is metrics_port)") from None
+        return value
 
 
 C = TypeVar("C", bound=ServiceConfig)

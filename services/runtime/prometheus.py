@@ -11,10 +11,11 @@ which the event loop mutates between awaits. Served here, a scrape runs on the l
 messages, so every collector reads a consistent state without a lock; a scrape of a 20,000-job
 book costs a few milliseconds of that loop, once per scrape interval.
 
-The server binds ``127.0.0.1`` by default: the series name users and the size of their queues,
-which not every host user should read (docs/operations.md). It answers ``GET``/``HEAD /metrics``
-(and ``/`` with a pointer to it), one request per connection, with a size and time limit on the
-request.
+The server binds ``metrics_host``, ``127.0.0.1`` by default: the series name users and the size of
+their queues, which not every host user should read (docs/operations.md; the deploy files bind a
+container's address on a network only Prometheus shares, or a pod's IP behind a NetworkPolicy).
+It answers ``GET``/``HEAD /metrics`` (and ``/`` with a pointer to it), one request per connection,
+with a size and time limit on the request.
 
 Every service exposes (:class:`ServiceCollector`): ``roundhouse_service_info`` (kind, instance,
 namespace, version), ``roundhouse_service_uptime_seconds``, ``roundhouse_policy_info`` (the policy
@@ -43,7 +44,7 @@ from schemas.metrics import NodeMetrics
 
 log = logging.getLogger("roundhouse.metrics.http")
 
-__all__ = ["GpuCollector", "MetricsServer", "ServiceCollector", "metric_name", "new_registry"]
+__all__ = ["GpuCollector", "MetricsBindError", "MetricsServer", "ServiceCollector", "metric_name", "new_registry"]
 
 _MAX_REQUEST = 8192
 _REQUEST_TIMEOUT_S = 5.0
@@ -159,6 +160,11 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not (isinstance(value, float) and math.isnan(value))
 
 
+class MetricsBindError(OSError):
+    """``/metrics`` cannot listen where ``metrics_host``/``metrics_port`` say (port taken, address not
+    this host's, name not resolvable); the message names both settings."""
+
+
 class MetricsServer:
     """``/metrics`` of one registry over HTTP/1.1 on the running event loop (module doc)."""
 
@@ -174,8 +180,14 @@ class MetricsServer:
         return f"http://{host}:{self.port}/metrics"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Listen on ``host:port`` (0: a free port); returns the URL of ``/metrics``."""
-        self._server = await asyncio.start_server(self._serve, host, port, limit=_MAX_REQUEST)
+        """Listen on ``host:port`` (0: a free port); returns the URL of ``/metrics``. Raises
+        :class:`MetricsBindError` when it cannot."""
+        try:
+            self._server = await asyncio.start_server(self._serve, host, port, limit=_MAX_REQUEST)
+        except OSError as exc:
+            raise MetricsBindError(
+                exc.errno, f"cannot serve /metrics on {host}:{port} (metrics_host, metrics_port): {exc.strerror or exc}"
+            ) from exc
         sockname = self._server.sockets[0].getsockname()
         self.host, self.port = str(sockname[0]), int(sockname[1])
         return self.url
