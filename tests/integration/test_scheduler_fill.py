@@ -6,9 +6,26 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from services.core.state import JobStatus
+from schemas.rounds import RoundTrigger
 from services.runtime.broker import Broker
+from services.scheduler.service import SchedulerService
 from tests.integration.test_scheduler import cluster, running_jobs, spec, wait_for
+
+
+def churn_spy(scheduler: SchedulerService, reason: RoundTrigger) -> list[RoundTrigger]:
+    """Churn of ``reason`` the replica passes to its round timer from now on (the timer decides at
+    that call whether a round is due, so a test can check the decision instead of waiting it out)."""
+    heard: list[RoundTrigger] = []
+    replica = scheduler.replica
+    passed_on = replica.churn
+
+    def churn(why: RoundTrigger) -> None:
+        passed_on(why)
+        if why is reason:
+            heard.append(why)
+
+    replica.churn = churn  # type: ignore[method-assign]
+    return heard
 
 
 async def test_a_job_on_free_gpus_starts_without_waiting_for_the_tick(
@@ -41,11 +58,15 @@ async def test_without_fill_rounds_the_job_waits_for_the_policys_round(
         await wait_for(lambda: cycle.cues_taken >= 1 and not cycle.in_round and not term.timer.pending,
                        what="the term's first rounds over")  # fmt: skip
         taken = cycle.cues_taken
+        arrivals = churn_spy(s, RoundTrigger.ARRIVAL)
         await c.submit("trial", spec("trial"))
-        await wait_for(lambda: (e := s.book.entry("trial")) is not None and e.state.status is JobStatus.QUEUED,
-                       what="trial accepted")  # fmt: skip
-        await asyncio.sleep(1.0)  # longer than churn debounce + a round: time for a wrong one to begin
-        assert cycle.cues_taken == taken  # the arrival started no round (LAS reacts to its timer only)
+        # The timer decides at the churn call whether a round is due: once the arrival's churn was
+        # heard (after its commit landed), "no round asked for" is a fact, not a wait that ran out.
+        await wait_for(lambda: arrivals, what="trial's arrival heard by the round timer")
+        assert s.book.entry("trial") is not None
+        assert not term.timer.pending  # the arrival asked for no round (LAS reacts to its timer only)
+        assert cycle.cues_taken == taken
+        assert not cycle.in_round
         assert "trial" not in running_jobs(s)
         s.request_round()
         await wait_for(lambda: "trial" in running_jobs(s), what="trial running after a full round")
@@ -60,11 +81,15 @@ async def test_a_fill_round_never_preempts_but_the_policys_round_does(
         await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader with a node")
         await c.submit("old", spec("old"))
         await wait_for(lambda: "old" in running_jobs(s), what="old running (fill round)")
-        await asyncio.sleep(0.5)  # old gains attained service: LAS ranks a new job above it
-        rounds_before = s.rounds_run
+        # Real time must pass for old to gain attained service (LAS then ranks the new job above it);
+        # the scheduler's clock is the system clock here, so this sleep is that passing time.
+        await asyncio.sleep(0.5)
+        rounds_before, cues_before = s.rounds_run, s.cycle.cues_taken
+        arrivals = churn_spy(s, RoundTrigger.ARRIVAL)
         await c.submit("new", spec("new"))
-        await wait_for(lambda: s.book.entry("new") is not None, what="new accepted")
-        await asyncio.sleep(1.0)
+        await wait_for(lambda: arrivals, what="new's arrival heard by the round timer")
+        # The arrival asked for a fill round (and only that): wait until it was taken and is over.
+        await wait_for(lambda: s.cycle.cues_taken > cues_before and not s.cycle.in_round, what="the fill round run")
         assert running_jobs(s) == {"old"}
         assert s.rounds_run == rounds_before  # no free GPU: the fill round published nothing
         assert not [entry for entry in workers.log if entry[0] == "revoke"]
