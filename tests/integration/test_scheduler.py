@@ -655,7 +655,14 @@ async def test_loss_reported_through_job_metrics_terminates_a_converged_job(
         fit = s.book.jobs["fit"].state
         assert fit.loss_history == [(1.0, 2.0), (2.0, 0.9)]
         assert fit.iteration_time_s == 0.5
-        await asyncio.sleep(0.5)  # rounds run; 0.9 is not converged
+        # Two rounds that saw the loss run to their end: 0.9 is not converged, so neither decided a revoke
+        # (a decision marks the lease in the book within its round; the worker hears it later).
+        cues = s.cycle.cues_taken
+        await wait_for(lambda: s.cycle.cues_taken >= cues + 2 and not s.cycle.in_round,
+                       what="two rounds after the loss")  # fmt: skip
+        lease = s.book.jobs["fit"].lease
+        assert lease is not None
+        assert lease.reason is None
         assert not workers.revoke_reasons
         await metrics.put("fit", json.dumps({"job_id": "fit", "iteration": 80, "loss": 0.5}).encode())
         await wait_for(lambda: "after" in running_jobs(s), what="after running once fit was terminated")
