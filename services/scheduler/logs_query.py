@@ -34,7 +34,7 @@ from schemas.subjects import logs_read
 from services.runtime.bus import Bus, BusError, NoResponderError
 from services.runtime.store import LeaseRecord, Store
 from services.scheduler.book import JobBook
-from services.scheduler.leases import split_row_id
+from services.scheduler.leases import Lease, split_row_id
 from services.scheduler.trust import may_operate, permission_denied
 
 __all__ = ["READ_TIMEOUT_S", "JobRun", "LogsAnswerer", "runs_from_rows"]
@@ -115,7 +115,10 @@ class LogsAnswerer:
         if not may_operate(query.requester, spec.user, self.operators):
             return LogsReply(job_id=job_id, refused=permission_denied(query.requester, "read", spec.user),
                              epoch=self.epoch)  # fmt: skip
-        runs = runs_from_rows(await self.store.leases_for_job(job_id, include_released=True), current_lease=current)
+        rows = {row.lease_id: row for row in await self.store.leases_for_job(job_id, include_released=True)}
+        for row in current.records() if current is not None else ():
+            rows.setdefault(row.lease_id, row)  # a grant the store has not written yet
+        runs = runs_from_rows(rows.values(), current_lease=current.lease_id if current is not None else None)
         wire = [run.to_wire(distributed=spec.distributed) for run in runs]
         reply = LogsReply(job_id=job_id, status=status, runs=wire, epoch=self.epoch)
         if query.run is None:
@@ -135,12 +138,11 @@ class LogsAnswerer:
         ), query.rank)  # fmt: skip
         return reply.model_copy(update={"chunk": chunk})
 
-    async def _job(self, job_id: str) -> tuple[JobSpec, str, str | None] | None:
-        """``(spec, status, current lease id)`` of ``job_id`` from the book, else the store."""
+    async def _job(self, job_id: str) -> tuple[JobSpec, str, Lease | None] | None:
+        """``(spec, status, current lease)`` of ``job_id`` from the book, else the store."""
         entry = self.book().jobs.get(job_id)
         if entry is not None:
-            lease = entry.lease
-            return entry.state.spec, entry.state.status.value, lease.lease_id if lease is not None else None
+            return entry.state.spec, entry.state.status.value, entry.lease
         record = await self.store.get_job(job_id)
         if record is None:
             return None
