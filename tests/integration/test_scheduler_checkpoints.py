@@ -16,7 +16,6 @@ iteration and the run's first progress (``resume.py``) is not recognised.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
@@ -177,11 +176,24 @@ async def test_a_run_lost_after_periodic_checkpoints_resumes_from_the_last_one(
             assert entry.state.preemptions == 0  # no stop so far: job.checkpointed alone told it
 
             # The node dies: freeze the training process (so it writes nothing the agent does not
-            # see), give the agent two samples to report what rank 0 completed, then kill both.
-            group = Channel.open(work_dir / "leases" / run1.lease_id / "rank-0.chan").group
+            # see), let the agent report the checkpoint the frozen process left on disk, then kill both.
+            channel = Channel.open(work_dir / "leases" / run1.lease_id / "rank-0.chan")
+            group = channel.group
             assert group is not None
+            path = str(work_dir / "checkpoints" / "j" / "checkpoint.pt")
             os.killpg(group, signal.SIGSTOP)
-            await asyncio.sleep(0.3)
+            on_disk = load_checkpoint(Path(path))["iteration"]  # frozen: the file changes no more
+            for _ in range(20):
+                # Frozen between writing the file and telling its channel (a few bytecodes): the agent
+                # could never learn of that checkpoint. Let it run on a moment and freeze it again.
+                if channel.checkpoint_iteration == on_disk:
+                    break
+                os.killpg(group, signal.SIGCONT)
+                os.killpg(group, signal.SIGSTOP)
+                on_disk = load_checkpoint(Path(path))["iteration"]
+            assert channel.checkpoint_iteration == on_disk
+            await wait_for(lambda: on_disk in [f.iteration for f in facts.of(JobCheckpointed, "j")], timeout_s=15,
+                           what="the agent reported the checkpoint on disk")  # fmt: skip
             assert agent.process is not None
             agent.process.kill()
             await agent.process.wait()
@@ -190,8 +202,7 @@ async def test_a_run_lost_after_periodic_checkpoints_resumes_from_the_last_one(
             assert reported == sorted(set(reported)), reported  # once per checkpoint
             assert all(i % EVERY == 0 for i in reported), reported
             last = reported[-1]
-            path = str(work_dir / "checkpoints" / "j" / "checkpoint.pt")
-            assert load_checkpoint(Path(path))["iteration"] == last  # what the file holds
+            assert load_checkpoint(Path(path))["iteration"] == last == on_disk  # what the file holds
             await wait_for(lambda: entry.checkpoint_iteration == last, what="the last checkpoint applied")
             progress = entry.state.iterations_done
             assert progress >= last
