@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from roundhouse.commands.jobs import one_line
 from roundhouse.dashboard.history import Sample
-from roundhouse.dashboard.snapshot import NodeView, Snapshot
+from roundhouse.dashboard.snapshot import NodeView, PolicyView, Snapshot
 from schemas.control import JobView
 
 __all__ = ["render_page"]
@@ -110,23 +110,29 @@ def _gauge(used: int, total: int | None) -> str:
 
 def _liveness(node: NodeView) -> str:
     if node.up is None:
-        return "-"
-    state = '<span class="up">up</span>' if node.up else '<span class="down">silent</span>'
-    return state + (" (draining)" if node.draining else "")
+        return _text(node.state or "-")
+    word = node.state or ("up" if node.up else "silent")
+    state = f'<span class="{"up" if node.up else "down"}">{_text(word)}</span>'
+    return state + (" (draining)" if node.draining and word not in ("draining", "drained") else "")
+
+
+def _node_jobs(node: NodeView) -> str:
+    others = f"{node.other_jobs} of other users" if node.other_jobs else ""
+    return _text(", ".join(part for part in (", ".join(node.jobs), others) if part) or "-")
 
 
 def _nodes(nodes: list[NodeView]) -> str:
     rows = [[_text(node.node_id), _gauge(node.allocated, node.gpus), _liveness(node),
-             _text(", ".join(node.jobs) or "-")] for node in nodes]  # fmt: skip
-    return _table(("NODE", "GPUS ALLOCATED", "STATE", "YOUR VISIBLE JOBS"), rows, table_id="nodes",
+             _node_jobs(node)] for node in nodes]  # fmt: skip
+    return _table(("NODE", "GPUS ALLOCATED", "STATE", "JOBS"), rows, table_id="nodes",
                   empty="no node is known yet")  # fmt: skip
 
 
-def _policies(policies: dict[str, tuple[str, str]]) -> str:
-    rows = [[_text(kind), _text(policy), f"<code>{_text(options)}</code>"]
-            for kind, (policy, options) in sorted(policies.items())]  # fmt: skip
-    return _table(("SERVICE", "POLICY", "OPTIONS"), rows, table_id="policies",
-                  empty="not known here (no service /metrics is listed in up.json)")  # fmt: skip
+def _policies(policies: list[PolicyView]) -> str:
+    rows = [[_text(p.service), _text((p.instance or "-") + (" (leader)" if p.leader else "")), _text(p.policy),
+             f"<code>{_text(p.options)}</code>"] for p in policies]  # fmt: skip
+    return _table(("SERVICE", "INSTANCE", "POLICY", "OPTIONS"), rows, table_id="policies",
+                  empty="not known (the scheduler did not answer query.status)")  # fmt: skip
 
 
 def _line_chart(points: list[tuple[float, float]], *, title: str, chart_id: str, y_max: float | None = None,

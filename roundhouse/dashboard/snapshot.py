@@ -1,17 +1,19 @@
 """What one page shows, gathered for one visitor: their jobs, the nodes, the policies in force.
 
-Jobs come from the scheduler's query API over the visitor's own bus connection (``query.jobs``, the
-call ``roundhouse jobs`` makes), so the broker and the scheduler decide what the visitor may read: a
-user gets their own jobs, an operator everyone's. Nodes and policies are not anyone's jobs: they come
-from the services' Prometheus ``/metrics`` that ``up.json`` lists (``metrics_urls``; the scheduler's
-``roundhouse_node_*`` series and every service's ``roundhouse_policy_info``), and, where none is
-known, nodes are read off the visible jobs' placements.
+Everything comes from the scheduler's query API over the visitor's own bus connection, so the broker
+and the scheduler decide what the visitor may read: jobs from ``query.jobs`` (the call ``roundhouse
+jobs`` makes: a user gets their own jobs, an operator everyone's), nodes from ``query.nodes`` and
+each service's instances and policy from ``query.status`` (``roundhouse nodes`` / ``status``,
+:mod:`roundhouse.queries`). A scheduler too old to serve those two leaves the page to the services'
+Prometheus ``/metrics`` that ``up.json`` lists (the scheduler's ``roundhouse_node_*`` series, every
+service's ``roundhouse_policy_info``) and, failing those, to the nodes the visible jobs are placed on.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,15 +26,21 @@ from prometheus_client.parser import text_string_to_metric_families
 from roundhouse.commands.jobs import queue_order
 from roundhouse.commands.statuses import FINAL
 from roundhouse.endpoint import UP_FILE
+from roundhouse.queries import fetch_nodes, fetch_status
 from schemas.control import JobsQuery, JobView
+from schemas.operations import NodesReply, StatusReply
 from services.runtime.bus import BusError, NoResponderError
 
 if TYPE_CHECKING:
     from roundhouse.client import Client
 
-__all__ = ["NodeView", "Snapshot", "SnapshotSource", "nodes_from_placements"]
+__all__ = ["NodeView", "PolicyView", "Snapshot", "SnapshotSource", "nodes_from_placements"]
 
 _SCRAPE_TIMEOUT_S = 2.0
+_QUERY_TIMEOUT_S = 3.0
+_STATUS_TTL_S = 15.0
+"""Policies change only when a service restarts or a standby takes over: ``query.status`` (the
+scheduler asks every instance for its stats) is asked at most this often per identity."""
 _JOBS_LIMIT = 1000
 
 
@@ -46,6 +54,20 @@ class NodeView:
     draining: bool | None = None
     jobs: tuple[str, ...] = ()
     """The visible jobs placed on it."""
+    other_jobs: int = 0
+    """Jobs on it the visitor may not see (another user's), counted only."""
+    state: str | None = None
+    """The scheduler's one word for it (``idle``, ``mixed``, ``silent``, ``draining``, … as ``sinfo``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyView:
+    service: str
+    policy: str
+    options: str
+    """JSON, keys sorted."""
+    instance: str = ""
+    leader: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +77,7 @@ class Snapshot:
     jobs: list[JobView] = field(default_factory=list)
     truncated: bool = False
     nodes: list[NodeView] = field(default_factory=list)
-    policies: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Service kind -> (policy, its options as JSON)."""
+    policies: list[PolicyView] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     """What could not be read (the page still shows the rest)."""
 
@@ -94,8 +115,9 @@ def nodes_from_placements(jobs: Iterable[JobView], known: Iterable[NodeView] = (
     nodes: dict[str, NodeView] = {}
     for node in known:
         placed = by_node.get(node.node_id, [])
-        nodes[node.node_id] = NodeView(node.node_id, node.gpus, node.allocated, node.up, node.draining,
-                                       tuple(job.job_id for job in placed))  # fmt: skip
+        visible = tuple(dict.fromkeys((*node.jobs, *(job.job_id for job in placed))))
+        nodes[node.node_id] = NodeView(node.node_id, node.gpus, node.allocated, node.up, node.draining, visible,
+                                       node.other_jobs, node.state)  # fmt: skip
     for node_id, placed in by_node.items():
         if node_id not in nodes:
             held = sum(len(job.placement[node_id]) for job in placed)
@@ -128,11 +150,33 @@ def _nodes_from_metrics(samples: Samples) -> list[NodeView]:
     ]  # fmt: skip
 
 
-def _policy_from_metrics(samples: Samples) -> tuple[str, str] | None:
+def _policy_from_metrics(service: str, samples: Samples) -> PolicyView | None:
     for labels, value in samples.get("roundhouse_policy_info", []):
         if value and "policy" in labels:
-            return labels["policy"], labels.get("options", "{}")
+            return PolicyView(service, labels["policy"], labels.get("options", "{}"))
     return None
+
+
+def _nodes_from_reply(reply: NodesReply) -> list[NodeView]:
+    return [
+        NodeView(node.node_id, node.gpus_total, node.gpus_used, up=node.live and not node.silent,
+                 draining=node.draining, jobs=tuple(node.jobs), other_jobs=node.other_jobs, state=node.state.value)
+        for node in reply.nodes
+    ]  # fmt: skip
+
+
+def _policies_from_reply(reply: StatusReply) -> list[PolicyView]:
+    return [
+        PolicyView(service.kind, instance.policy, json.dumps(instance.policy_options, sort_keys=True),
+                   instance.instance, instance.leader)
+        for service in sorted(reply.services, key=lambda service: service.kind)
+        for instance in service.instances
+        if instance.policy is not None
+    ]
+
+
+_QUERY_ERRORS = (NoResponderError, BusError, TimeoutError, nats.errors.Error)
+"""What a scheduler without ``query.nodes`` / ``query.status`` (or a slow one) answers with."""
 
 
 class SnapshotSource:
@@ -145,6 +189,9 @@ class SnapshotSource:
         self.state_dir = state_dir
         self._metrics_urls = metrics_urls
         self._http: aiohttp.ClientSession | None = None
+        self._status: OrderedDict[str, tuple[float, list[PolicyView]]] = OrderedDict()
+        self._queries_unserved_until = 0.0
+        """While the leader answers jobs but not ``query.nodes`` (an older scheduler), do not wait on it."""
 
     def metrics_urls(self) -> dict[str, str]:
         if self._metrics_urls is not None:
@@ -169,9 +216,9 @@ class SnapshotSource:
             response.raise_for_status()
             return _parse_metrics(await response.text())
 
-    async def _services(self, errors: list[str]) -> tuple[list[NodeView], dict[str, tuple[str, str]]]:
+    async def _from_metrics(self, errors: list[str]) -> tuple[list[NodeView], list[PolicyView]]:
         nodes: list[NodeView] = []
-        policies: dict[str, tuple[str, str]] = {}
+        policies: list[PolicyView] = []
         for name, url in sorted(self.metrics_urls().items()):
             if name.startswith("node-") or not url.startswith(("http://", "https://")):
                 continue  # workers' series are their GPUs; the scheduler's node series cover every node
@@ -180,9 +227,9 @@ class SnapshotSource:
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
                 errors.append(f"{name} /metrics: {type(exc).__name__}")
                 continue
-            policy = _policy_from_metrics(samples)
+            policy = _policy_from_metrics(name, samples)
             if policy is not None:
-                policies[name] = policy
+                policies.append(policy)
             if name == "scheduler":
                 nodes = _nodes_from_metrics(samples)
         return nodes, policies
@@ -203,9 +250,43 @@ class SnapshotSource:
             errors.append(f"the scheduler failed to answer: {exc}")
         except nats.errors.Error as exc:  # the connection closed under us; the next request opens another
             errors.append(f"the bus connection failed: {type(exc).__name__}")
-        known, policies = await self._services(errors)
+        known, policies = await self._from_queries(client, leading=not errors)
+        if known is None or policies is None:
+            scraped_nodes, scraped_policies = await self._from_metrics(errors)
+            known = known if known is not None else scraped_nodes
+            policies = policies if policies is not None else scraped_policies
         nodes = nodes_from_placements(jobs, known)
         return Snapshot(time.time(), client.identity, queue_order(jobs), truncated, nodes, policies, errors)
+
+
+    async def _from_queries(
+        self, client: Client, *, leading: bool
+    ) -> tuple[list[NodeView] | None, list[PolicyView] | None]:
+        """Nodes and policies from ``query.nodes`` / ``query.status`` as the client; None for what the
+        scheduler did not answer (an older one has neither). ``leading``: a leader answered jobs."""
+        now = time.monotonic()
+        if not leading or now < self._queries_unserved_until:
+            return None, None
+        nodes: list[NodeView] | None = None
+        try:
+            nodes = _nodes_from_reply(await fetch_nodes(client.bus, timeout_s=_QUERY_TIMEOUT_S))
+        except NoResponderError:  # a leader that answers jobs but not nodes: older than query.nodes
+            self._queries_unserved_until = now + 60.0
+            return None, None
+        except _QUERY_ERRORS:
+            pass
+        cached = self._status.get(client.identity)
+        if cached is not None and now - cached[0] < _STATUS_TTL_S:
+            return nodes, cached[1]
+        try:
+            policies = _policies_from_reply(await fetch_status(client.bus, timeout_s=_QUERY_TIMEOUT_S))
+        except _QUERY_ERRORS:
+            return nodes, None
+        self._status[client.identity] = (now, policies)
+        self._status.move_to_end(client.identity)
+        while len(self._status) > 256:  # identities come and go; keep the recent ones
+            self._status.popitem(last=False)
+        return nodes, policies
 
 
 async def fetch_visible_jobs(client: Client) -> tuple[list[JobView], bool]:

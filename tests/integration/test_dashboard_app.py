@@ -7,6 +7,7 @@ same against a real ``roundhouse up`` with a real broker and scheduler."""
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
@@ -17,6 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from roundhouse.dashboard import DashboardConfig, SnapshotSource, create_app
 from schemas.control import JobsQuery, JobsReply, JobView
 from schemas.job import JobClass
+from schemas.operations import InstanceView, NodesReply, NodeState, NodeView, ServiceView, StatusReply
 from schemas.roles import Role
 from services.runtime.auth.creds import Credentials, new_credentials
 from services.runtime.bus import AuthenticationError
@@ -40,7 +42,17 @@ class FakeClient:
     def __init__(self, identity: str) -> None:
         self.identity = identity
         self.closed = False
-        self.bus = SimpleNamespace(nc=SimpleNamespace(is_closed=False))
+        self.bus = SimpleNamespace(nc=SimpleNamespace(is_closed=False), identity=identity, request=self._operations)
+
+    async def _operations(self, subject: str, query: object, reply: type[Any], **_: object) -> Any:
+        """``query.nodes`` and ``query.status``: one node, one scheduler instance."""
+        if reply is NodesReply:
+            node = NodeView(node_id="node-0", hostname="h0", state=NodeState.IDLE, gpus_total=4, gpus_used=0,
+                            gpus_free=4, live=True, takes_work=True)  # fmt: skip
+            return NodesReply(nodes=[node], epoch=1)
+        instance = InstanceView(instance="scheduler-a", service_id="x", policy="las", leader=True)
+        service = ServiceView(kind="scheduler", instances=[instance])
+        return StatusReply(leader="scheduler-a", epoch=1, services=[service])
 
     async def jobs(self, query: JobsQuery | None = None, *, timeout_s: float = 5.0) -> JobsReply:
         return JobsReply.model_construct(jobs=[hostile_job()], truncated=False, epoch=1, refused={})
@@ -117,6 +129,8 @@ async def test_a_signed_in_visitor_gets_the_page_escaped_from_one_session(serve:
         assert "<script>" not in page
         assert "&lt;script&gt;document.title=&#x27;owned&#x27;&lt;/script&gt;" in page
         assert "needs &lt;b&gt;4&lt;/b&gt; GPUs" in page
+        assert re.search(r'<table id="nodes">.*node-0.*idle', page, re.S)  # from query.nodes
+        assert re.search(r'<table id="policies">.*scheduler-a \(leader\).*las', page, re.S)  # from query.status
         assert "script-src" not in response.headers["Content-Security-Policy"]  # default-src 'none': no script
     assert [client.identity for client in broker.opened] == ["alice"]  # one bus connection, reused
 

@@ -10,7 +10,7 @@ import pytest
 
 from roundhouse.dashboard.history import History
 from roundhouse.dashboard.render import render_page
-from roundhouse.dashboard.snapshot import NodeView, Snapshot, nodes_from_placements
+from roundhouse.dashboard.snapshot import NodeView, PolicyView, Snapshot, nodes_from_placements
 from roundhouse.dashboard.visitors import BadCredentials, parse_basic
 from schemas.control import JobView
 from schemas.job import JobClass
@@ -85,8 +85,9 @@ def test_every_user_given_text_is_escaped() -> None:
         runtime_s=0.0, queue_position=1, iterations_done=0, preemptions=0, reason="<b>needs</b> 4 GPUs",
         exit_code=None, signal=None,
     )  # fmt: skip
-    snapshot = Snapshot(1010.0, "<i>alice</i>", [hostile], nodes=[NodeView("<node>", 4, 0)],
-                        policies={"scheduler": ("las", '{"k": "</code><script>"}')}, errors=["<err>"])  # fmt: skip
+    policies = [PolicyView("scheduler", "las", '{"k": "</code><script>"}')]
+    snapshot = Snapshot(1010.0, "<i>alice</i>", [hostile], nodes=[NodeView("<node>", 4, 0)], policies=policies,
+                        errors=["<err>"])  # fmt: skip
     page = render_page(snapshot, [], refresh_s=5)
     for raw in ("<script>", "<img", "<b>needs", "<i>alice", "<node>", "<err>"):
         assert raw not in page
@@ -101,7 +102,8 @@ def test_the_page_shows_queue_reasons_etas_running_nodes_and_policies() -> None:
     waiting = job("wait-1", queue_position=1, reason="needs 4 GPUs, 2 of 4 free", eta_s=90.0, eta_quality="guessed")
     running = job("run-1", "running", placement={"node-0": [0, 1]}, runtime_s=30.0)
     snapshot = Snapshot(1100.0, "alice", [waiting, running], nodes=nodes_from_placements([running]),
-                        policies={"scheduler": ("las", "{}")})  # fmt: skip
+                        policies=[PolicyView("scheduler", "las", "{}", "scheduler-a", leader=True),
+                                  PolicyView("scheduler", "srtf", "{}", "scheduler-b")])  # fmt: skip
     page = render_page(snapshot, [], refresh_s=5, cluster="prod")
     queue = re.search(r'<table id="queue">.*?</table>', page, re.S)
     assert queue is not None
@@ -113,20 +115,23 @@ def test_the_page_shows_queue_reasons_etas_running_nodes_and_policies() -> None:
     assert "run-1" in running_table[0]
     assert "node-0:0+1" in running_table[0]
     assert re.search(r'<table id="nodes">.*node-0.*run-1', page, re.S)
-    assert re.search(r'<table id="policies">.*scheduler.*las', page, re.S)
+    assert re.search(r'<table id="policies">.*scheduler-a \(leader\).*las.*scheduler-b.*srtf', page, re.S)
     assert '<meta http-equiv="refresh" content="5">' in page
     for external in ("<script", "http://", "https://"):  # no script, nothing fetched from elsewhere
         assert external not in page
 
 
 def test_nodes_come_from_what_is_known_and_placements() -> None:
-    known = [NodeView("node-0", 4, 2, up=True), NodeView("node-1", 4, 0, up=False)]
+    known = [NodeView("node-0", 4, 2, up=True), NodeView("node-1", 4, 0, up=False),
+             NodeView("node-2", 2, 2, up=True, other_jobs=1, state="allocated")]
     jobs = [job("a", "running", placement={"node-0": [0, 1]}), job("b", "running", placement={"node-9": [3]}),
             job("c", "completed", placement={"node-1": [0]})]  # fmt: skip
     nodes = {node.node_id: node for node in nodes_from_placements(jobs, known)}
     assert nodes["node-0"] == NodeView("node-0", 4, 2, up=True, jobs=("a",))
     assert nodes["node-1"].jobs == ()  # a finished job holds nothing
     assert nodes["node-9"] == NodeView("node-9", None, 1, jobs=("b",))
+    page = render_page(Snapshot(1.0, "alice", nodes=list(nodes.values())), [], refresh_s=5)
+    assert re.search(r"node-2.*allocated.*1 of other users", page, re.S)
 
 
 def test_history_charts_queue_length_and_utilization_over_time() -> None:
