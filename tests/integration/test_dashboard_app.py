@@ -6,6 +6,7 @@ same against a real ``roundhouse up`` with a real broker and scheduler."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 from collections.abc import AsyncIterator, Callable
@@ -42,6 +43,7 @@ class FakeClient:
     def __init__(self, identity: str) -> None:
         self.identity = identity
         self.closed = False
+        self.asked = 0
         self.bus = SimpleNamespace(nc=SimpleNamespace(is_closed=False), identity=identity, request=self._operations)
 
     async def _operations(self, subject: str, query: object, reply: type[Any], **_: object) -> Any:
@@ -55,6 +57,7 @@ class FakeClient:
         return StatusReply(leader="scheduler-a", epoch=1, services=[service])
 
     async def jobs(self, query: JobsQuery | None = None, *, timeout_s: float = 5.0) -> JobsReply:
+        self.asked += 1
         return JobsReply.model_construct(jobs=[hostile_job()], truncated=False, epoch=1, refused={})
 
     async def close(self) -> None:
@@ -86,8 +89,9 @@ Serve = Callable[..., Any]
 async def serve() -> AsyncIterator[Serve]:
     clients: list[TestClient[Any, Any]] = []
 
-    async def start(broker: FakeBroker, *, insecure: bool = False) -> TestClient[Any, Any]:
-        app = create_app(DashboardConfig(insecure=insecure, sample_s=3600), broker.connect, SnapshotSource())
+    async def start(broker: FakeBroker, *, insecure: bool = False, **config: float) -> TestClient[Any, Any]:
+        settings = DashboardConfig(insecure=insecure, **{"sample_s": 3600.0, **config})
+        app = create_app(settings, broker.connect, SnapshotSource())
         client = TestClient(TestServer(app))
         await client.start_server()
         clients.append(client)
@@ -141,3 +145,20 @@ async def test_only_an_insecure_dashboard_serves_without_credentials(serve: Serv
     response = await http.get("/")
     assert response.status == 200
     assert "j-1" in await response.text()
+
+
+async def test_a_session_samples_while_used_and_closes_when_idle(serve: Serve) -> None:
+    broker = FakeBroker()
+    http = await serve(broker, sample_s=0.05, idle_s=0.5)
+    assert (await http.get("/", headers=basic("alice", ALICE.seed))).status == 200
+    (first,) = broker.opened
+    asked_by_the_page = first.asked  # the sign-in's proof and the page's snapshot
+    deadline = asyncio.get_running_loop().time() + 30
+    while not first.closed:
+        assert asyncio.get_running_loop().time() < deadline, "the idle session was never closed"
+        await asyncio.sleep(0.05)
+    assert first.asked > asked_by_the_page  # the sampler asked on its own while the session lived
+    asked_when_closed = first.asked
+    assert (await http.get("/", headers=basic("alice", ALICE.seed))).status == 200
+    assert len(broker.opened) == 2  # signed in again on a fresh connection
+    assert first.asked == asked_when_closed
