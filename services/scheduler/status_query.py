@@ -61,9 +61,13 @@ def _text(value: object, limit: int = 128) -> str | None:
 def instance_view(instance: Instance, leader: LeaderSelf) -> InstanceView:
     """One instance's answer as ``status`` shows it; the leader's policy from its own configuration."""
     stats = instance.service_stats
+    # What the instance says it runs: ``{"name", "options"}`` beside its stats where it reports that
+    # (``RoundhouseService.policy_info``), else the policy name its own stats name.
+    said = instance.data.get("policy")
+    said = said if isinstance(said, Mapping) else {}
     is_leader = instance.kind == "scheduler" and instance.instance == leader.instance
-    policy = leader.policy if is_leader else _text(stats.get("policy"))
-    options = leader.policy_options if is_leader else _options(stats.get("policy_options"))
+    policy = leader.policy if is_leader else _text(said.get("name")) or _text(stats.get("policy"))
+    options = leader.policy_options if is_leader else _options(said.get("options", stats.get("policy_options")))
     return InstanceView(
         instance=_text(instance.instance) or "?",
         service_id=_text(instance.service_id) or "?",

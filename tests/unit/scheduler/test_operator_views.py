@@ -179,3 +179,13 @@ def test_the_nodes_table_and_the_status_summary() -> None:
     assert "3 queued (12 GPUs), 1 held, 2 running" in summary
     assert "scheduler-a1b2 (leader)" in summary
     assert '{"thresholds":[3600.0],"starvation_factor":4}' in summary
+
+
+def test_an_instance_that_reports_its_policy_and_options_beside_its_stats_shows_both() -> None:
+    leader = LeaderSelf("sched-0", 1, "fifo", {})
+    admission = Instance("admission", "ID4", "a-0", "0.1.0",
+                         data={"policy": {"name": "user-quota", "options": {"max_jobs": 4}},
+                               "service": {"policy": "user-quota"}})  # fmt: skip
+    view = instance_view(admission, leader)
+    assert view.policy == "user-quota"
+    assert view.policy_options == {"max_jobs": 4}
