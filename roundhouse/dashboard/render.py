@@ -162,7 +162,7 @@ def _over_time(samples: list[Sample]) -> str:
     return (
         '<div class="grid">'
         + _line_chart(queue, title="Queue length", chart_id="queue-chart")
-        + _line_chart(utilization, title="GPU utilization", chart_id="utilization-chart", y_max=100.0, unit="%")
+        + _line_chart(utilization, title="GPUs allocated", chart_id="utilization-chart", y_max=100.0, unit="%")
         + "</div>"
     )
 

@@ -144,7 +144,7 @@ def test_history_charts_queue_length_and_utilization_over_time() -> None:
     assert samples[-1].utilization == 0.5
     page = render_page(Snapshot(4.0, "alice"), samples, refresh_s=5)
     assert re.search(r'id="queue-chart".*<polyline[^>]+points="[\d., ]+"', page, re.S)
-    assert "GPU utilization: now 50%" in page
+    assert "GPUs allocated: now 50%" in page
 
 
 def test_the_jct_histogram_counts_finished_jobs() -> None:
