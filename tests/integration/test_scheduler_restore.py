@@ -11,7 +11,6 @@ allowance ends.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -77,8 +76,15 @@ async def test_a_resumed_run_keeps_its_gpu_until_it_reports_an_iteration_past_it
             # position are no progress; the job keeps its GPU for many quanta.
             await report(c, "a", a2, 0)
             await report(c, "a", a2, 10)
-            await asyncio.sleep(6 * QUANTUM_S)
+            # Rounds ran to their end well past a's quantum (not a sleep that a slow machine outruns).
+            cues = s.cycle.cues_taken
+            await wait_for(
+                lambda: s.cycle.cues_taken >= cues + 4 and not s.cycle.in_round and s.snapshot is not None
+                and s.snapshot.now - s.book.leases[a2].granted_at > 3 * QUANTUM_S,
+                timeout_s=20, what="rounds past a's quantum",
+            )  # fmt: skip
             assert not revoked(workers, a2)
+            assert s.book.leases[a2].reason is None  # nor decided, even if not heard yet
             lease = s.book.leases[a2]
             assert (lease.from_iteration, lease.progress_at) == (10, None)
             snapshot = s.snapshot
@@ -103,7 +109,7 @@ async def test_a_resumed_run_keeps_its_gpu_until_it_reports_an_iteration_past_it
 async def test_a_run_that_never_reports_competes_once_the_restore_allowance_ends(
     broker: Broker, namespace: str, tmp_path: Path
 ) -> None:
-    allowance = 1.0
+    allowance = 1.5
     async with cluster(broker, namespace, tmp_path) as c:
         workers = await c.start_workers({"n0": 1})
         s = await c.start_scheduler(
@@ -117,5 +123,7 @@ async def test_a_run_that_never_reports_competes_once_the_restore_allowance_ends
         times = {(what, job): t for t, what, job in reversed(workers.timeline)}  # first occurrences
         held = times[("revoke", "a")] - times[("grant", "a")]
         # Kept past its quantum for the allowance (counted from the grant's commit, just before the
-        # worker saw it), then preempted at the next round.
-        assert allowance - 0.2 <= held <= allowance + 2 * QUANTUM_S + 0.5, held
+        # worker saw it), then preempted (b runs). No upper bound on when: a loaded machine may run
+        # the next round late, and that says nothing about the allowance. The margin is the grant's
+        # way from its commit to the worker, which a loaded machine stretches too (still > 3 quanta).
+        assert held >= allowance - 0.5, held
