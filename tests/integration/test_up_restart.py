@@ -248,7 +248,7 @@ def test_an_up_that_crashed_leaves_nothing_in_the_way_of_the_next(tmp_path: Path
         crashed.send_signal(signal.SIGKILL)  # a crash: its children, in their own sessions, live on
         crashed.wait(timeout=10)
     leftovers = _read_json(state_dir / CHILDREN_FILE)
-    assert set(leftovers) == {"broker", "metrics", "placement", "admission", "scheduler", "worker-0"}
+    assert set(leftovers) == {"broker", "metrics", "placement", "admission", "scheduler", "worker-0", "dashboard"}
     cluster = LocalCluster(config(state_dir))
     try:
         assert all(cluster._is_ours(pid) for pid in leftovers.values())  # orphaned, still running
