@@ -305,13 +305,15 @@ async def test_waits_for_a_leading_scheduler_and_stops_while_waiting(
     settings = config(broker, namespace, start_retry_max_s=0.2, start_timeout_s=0.5)
     never = AdmissionService(settings)
     await never.start(bus)  # returns at once: the start from the store waits in the background
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # a moment into its (endless) wait for a scheduler; any moment will do
     await asyncio.wait_for(never.stop(), 2)  # stops while still waiting for a scheduler
     assert not never.ready.is_set()
 
     service = AdmissionService(settings)
     await service.start(bus)
     try:
+        # Several of its retries (every <= 0.2 s) go unanswered: it must not become ready without a
+        # scheduler. (A slow machine makes this check weaker, never wrong.)
         await asyncio.sleep(0.8)
         assert not service.ready.is_set()
         # Submitted while no scheduler leads; the scheduler that comes stored it (held, no verdict).
@@ -414,9 +416,11 @@ async def test_applied_through_waits_until_every_fact_up_to_the_sequence_is_acke
     from services.scheduler.replica import CONSUMERS
 
     release = asyncio.Event()
+    entered = asyncio.Event()
     handled: list[str] = []
 
     async def handler(event: JobCancel) -> None:
+        entered.set()
         await release.wait()
         handled.append(event.job_id)
 
@@ -429,7 +433,7 @@ async def test_applied_through_waits_until_every_fact_up_to_the_sequence_is_acke
         assert await applied_through(bus, seq, subjects=[JOB_CANCEL])  # nothing of its own up to seq
         await bus.publish("job.cancel.*", JobCancel(job_id="c1"))
         stored = (await bus.js.stream_info(bus.stream_name)).state.last_seq
-        await asyncio.sleep(0.3)  # delivered, held by the handler
+        await asyncio.wait_for(entered.wait(), 10)  # delivered, held by the handler
         assert not await applied_through(bus, stored, subjects=[JOB_CANCEL])
         # Conservative: an unacked fact holds back any answer not past the ack floor (the server does
         # not say where the unacked ones lie), even one for a sequence before it.

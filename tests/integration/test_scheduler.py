@@ -263,10 +263,10 @@ async def test_las_preempts_the_most_served_job_and_revokes_before_granting(
         await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="leader")
         await c.submit("old", spec("old"))
         await wait_for(lambda: "old" in running_jobs(s), what="old running")
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(0.6)  # real time for old's attained service to grow past mid's (LAS ranks by it)
         await c.submit("mid", spec("mid"))
         await wait_for(lambda: "mid" in running_jobs(s), what="mid running")
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # likewise mid's, past new's zero
         await c.submit("new", spec("new"))
         await wait_for(lambda: "new" in running_jobs(s), what="new running")
         await held_by_worker(workers, "new")
@@ -429,7 +429,7 @@ async def test_a_follower_takes_over_with_a_higher_epoch_and_workers_refuse_the_
         first = await c.start_scheduler(policy="fifo")
         second = await c.start_scheduler(policy="fifo")
         await wait_for(lambda: first.is_leader or second.is_leader, what="a leader")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # time for a wrongly elected second leader to show (one must never be)
         assert [first.is_leader, second.is_leader].count(True) == 1
         leader, follower = (first, second) if first.is_leader else (second, first)
         old_epoch = leader.epoch

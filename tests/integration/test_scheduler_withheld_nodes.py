@@ -32,7 +32,7 @@ async def beat(workers: FakeWorkers, nodes: set[str]) -> None:
     while True:
         for node in sorted(nodes):
             await workers.heartbeat(node)
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # the heartbeat period (a node's rhythm, not a wait for a fact)
 
 
 def withheld(s: SchedulerService, node_id: str) -> bool:
