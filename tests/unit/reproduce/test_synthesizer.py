@@ -70,15 +70,18 @@ def test_quick_run_reports_paper_and_ours(tmp_path: Path) -> None:
     for kind in ("philly", "bursty"):
         gap = metrics[f"{kind}_vs_best_static_pct"]
         assert gap["paper"] is None  # Fig. 14: "closely matches", no number
-        assert gap["ours"] >= -100.0
         assert report["details"][f"{kind}_best_static"] in {str(c) for c in CANDIDATES}
         runs = [r for r in report["details"]["runs"] if r["workload"] == kind]
         assert len(runs) == 10
         best = min(r["avg_jct_s"] for r in runs if r["policy"] != SYNTHESIZER)
         synth = next(r for r in runs if r["policy"] == SYNTHESIZER)
         assert gap["ours"] == pytest.approx(100.0 * (synth["avg_jct_s"] - best) / best)
-    assert metrics["philly_best_static_is_fifo"]["paper"] == 1.0
-    assert metrics["bursty_best_static_is_srtf"]["ours"] in (0.0, 1.0)
+    # "ours" says whether the best static policy found is the paper's (its scheduling half).
+    for kind, paper_best in (("philly", "fifo"), ("bursty", "srtf")):
+        metric = metrics[f"{kind}_best_static_is_{paper_best}"]
+        assert metric["paper"] == 1.0
+        found = report["details"][f"{kind}_best_static"].split("+", 1)[0]
+        assert metric["ours"] == (1.0 if found == paper_best else 0.0)
 
 
 def test_a_starving_run_stops_at_the_cap_with_its_tracked_jobs_unfinished() -> None:
