@@ -7,16 +7,20 @@ the shipped file with only each job's targets swapped for the URLs ``up`` record
 resolve only on the compose networks). Every target of every job must come up, and the series the
 Grafana dashboard selects by job (``roundhouse_scheduler_leader`` in ``roundhouse-scheduler``, the
 GPU readings in ``roundhouse-metrics``) must be queryable under those job names. This is what the
-unit tests cannot show: Prometheus itself parses the services' exposition and the job layout.
+unit tests cannot show: Prometheus itself parses the services' exposition and the job layout. And
+every expression of the Grafana dashboard (deploy/grafana/roundhouse.json), its variables at their
+defaults, is PromQL that Prometheus evaluates.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -82,10 +86,11 @@ def api(base: str, path: str, **params: str) -> Any:
     return body["data"]
 
 
-@pytest.fixture
-def prometheus(cluster: LocalCluster, tmp_path: Path) -> Iterator[tuple[str, set[str], Path]]:
-    """Prometheus on the shipped file, targets swapped for ``up``'s; yields its URL, the jobs and its
-    log."""
+@pytest.fixture(scope="module")
+def prometheus(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, set[str], Path]]:
+    """Prometheus on the shipped file, targets swapped for ``up``'s, once it answers; yields its URL,
+    the jobs and its log."""
+    tmp_path = tmp_path_factory.mktemp("prometheus")
     config = yaml.safe_load(SCRAPE_FILE.read_text())
     config["global"]["scrape_interval"] = "1s"
     urls = cluster.metrics_urls
@@ -104,7 +109,14 @@ def prometheus(cluster: LocalCluster, tmp_path: Path) -> Iterator[tuple[str, set
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        yield f"http://127.0.0.1:{port}", jobs, tmp_path / "prometheus.log"
+        base = f"http://127.0.0.1:{port}"
+        wait_for(
+            "Prometheus to answer",
+            lambda: ready(base, process),
+            time.monotonic() + READY_S,
+            tmp_path / "prometheus.log",
+        )
+        yield base, jobs, tmp_path / "prometheus.log"
     finally:
         process.terminate()
         try:
@@ -113,6 +125,12 @@ def prometheus(cluster: LocalCluster, tmp_path: Path) -> Iterator[tuple[str, set
             process.kill()
             process.wait(timeout=5)
         log.close()
+
+
+def ready(base: str, process: subprocess.Popen[bytes]) -> bool:
+    assert process.poll() is None, f"prometheus exited with {process.returncode}"
+    with urllib.request.urlopen(f"{base}/-/ready", timeout=5) as answer:
+        return bool(answer.status == 200)
 
 
 def wait_for(fact: str, probe: Any, deadline: float, log: Path) -> Any:
@@ -164,3 +182,22 @@ def test_prometheus_scrapes_every_job_of_the_shipped_file(prometheus: tuple[str,
     assert {r["metric"]["node"] for r in readings} == {"node-0", "node-1"}
     infos = api(base, "/api/v1/query", query="count by (job) (roundhouse_service_info)")["result"]
     assert {i["metric"]["job"] for i in infos} == jobs
+
+
+def test_every_dashboard_query_is_promql_prometheus_accepts(prometheus: tuple[str, set[str], Path]) -> None:
+    """deploy/grafana/roundhouse.json's expressions, its job variables at their defaults (the shipped
+    job names) and Grafana's $__rate_interval at one minute, evaluated by Prometheus."""
+    base, _, _ = prometheus
+    dashboard = json.loads((DEPLOY / "grafana" / "roundhouse.json").read_text())
+    defaults = {v["name"]: v["query"] for v in dashboard["templating"]["list"] if v["type"] == "custom"}
+    defaults["__rate_interval"] = "1m"
+    expressions = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    assert expressions
+    refused = []
+    for expression in expressions:
+        query = re.sub(r"\$\{?(\w+)\}?", lambda m: defaults[m.group(1)], expression)
+        try:
+            api(base, "/api/v1/query", query=query)
+        except urllib.error.HTTPError as exc:
+            refused.append(f"{expression}: {exc.read().decode()[:300]}")
+    assert not refused, refused
