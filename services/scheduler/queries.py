@@ -114,9 +114,11 @@ def eta_fields(job_id: str, now: float, table: EtaTable | None, *, enabled: bool
     """A queued job's ETA fields of :class:`JobView` from the last ETA run's ``table``."""
     if not enabled:
         return {"eta_reason": ETA_OFF}
-    eta = table.etas.get(job_id) if table is not None else None
-    if eta is None:
+    if table is None:
         return {"eta_reason": NO_ETA_YET}
+    eta = table.etas.get(job_id)
+    if eta is None:
+        return {"eta_reason": table.left_out_reason() if job_id in table.left_out else NO_ETA_YET}
     if eta.start is None:
         return {"eta_reason": eta.reason}
     return {"eta_s": max(0.0, eta.start - now), "eta_time": eta.start, "eta_quality": eta.quality}

@@ -141,11 +141,13 @@ def test_eta_case(case: Case) -> None:
     table = pickle.loads(pickle.dumps(predict(pickle.loads(pickle.dumps(request)))))  # it crosses processes
     assert table.now == NOW
     for job_id, expected in case.expect.items():
-        eta = table.etas[job_id]
         if expected is None:
-            assert eta.start is None, (job_id, eta)
-            assert eta.reason, (job_id, eta)
+            fields = eta_fields(job_id, NOW, table)
+            assert set(fields) == {"eta_reason"}, (job_id, fields)
+            assert fields["eta_reason"], job_id
+            assert fields["eta_reason"] != NO_ETA_YET, job_id
         else:
+            eta = table.etas[job_id]
             assert eta.start == pytest.approx(NOW + expected, abs=1.0), (job_id, eta)
             assert eta.reason is None
     for job_id, quality in case.quality.items():
@@ -157,7 +159,10 @@ def test_beyond_max_jobs_says_why() -> None:
     jobs = jobs_of(running("a", 0, duration=1000, executed=0, seq=1), waiting("b", duration=5, seq=2),
                    waiting("c", duration=5, seq=3))  # fmt: skip
     table = predict(prepare(jobs, cluster(nodes=1, per_node=1, running=[jobs["a"]]), NOW, settings(max_jobs=1)))
-    assert table.etas["c"].reason == "#2 in the queue; the ETA simulates the first 1 queued jobs"
+    assert "c" not in table.etas
+    assert eta_fields("c", NOW, table) == {
+        "eta_reason": "beyond the first 1 queued jobs the ETA simulates (scheduler setting eta_max_jobs)"
+    }
 
 
 def test_no_queued_job_simulates_nothing() -> None:
