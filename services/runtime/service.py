@@ -92,7 +92,13 @@ def _micro_version() -> str:
 async def _announce(bus: Bus, service: RoundhouseService, metrics_url: str | None = None) -> MicroService:
     def current_stats() -> dict[str, Any]:
         uptime_s = time.time() - service.started_at
-        return {"service": service.stats(), "bus": bus.stats.as_dict(), "uptime_s": uptime_s}
+        stats: dict[str, Any] = {"service": service.stats(), "bus": bus.stats.as_dict(), "uptime_s": uptime_s}
+        # What it runs, so `roundhouse status` shows every service's policy and options, not only
+        # the scheduler's (services/scheduler/status_query.py reads this shape).
+        policy = service.policy_info()
+        if policy is not None:
+            stats["policy"] = {"name": policy[0], "options": dict(policy[1])}
+        return stats
 
     def stats_handler(_: EndpointStats) -> dict[str, Any]:
         return current_stats()

@@ -10,6 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import nats.errors
 import nats.js.errors
 
 from schemas.examples import example
@@ -93,3 +94,28 @@ async def _wait_for_consumer(bus: Bus, durable: str, timeout_s: float = 20.0) ->
             if asyncio.get_running_loop().time() > deadline:
                 raise
             await asyncio.sleep(0.05)
+
+
+async def test_stats_name_the_policy_and_options_a_service_runs(broker: Broker, bus: Bus, namespace: str,
+                                                                tmp_path: Path) -> None:
+    # `roundhouse status` shows every service's policy from these stats (services/scheduler/status_query.py).
+    config = ServiceConfig(nats=broker.url, namespace=namespace, instance="echo-2", policy="quota",
+                           policy_options={"max_gpus": 4})
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_service(EchoService(config, tmp_path / "out.txt"), stop=stop))
+    try:
+        async def policy_said() -> object:
+            msg = await bus.nc.request("$SRV.STATS.roundhouse-echo", b"", timeout=2)
+            return json.loads(msg.data)["endpoints"][0]["data"].get("policy")
+
+        said = None
+        for _ in range(50):  # the request is answered once the service has announced itself
+            try:
+                said = await policy_said()
+                break
+            except nats.errors.NoRespondersError:
+                await asyncio.sleep(0.1)
+        assert said == {"name": "quota", "options": {"max_gpus": 4}}
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
