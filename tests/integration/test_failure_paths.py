@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from schemas.job import JobSpec
 from schemas.jobs import JobStarted
 from schemas.nodes import NodeRegister
 from services.runtime.broker import Broker
+from tests.fake_clock import FakeClock
 from tests.helpers import eventually
 from tests.live_parts import emulated_job, live_parts
 
@@ -115,6 +119,47 @@ async def test_rounds_time_out_without_placement_and_the_job_runs_once_placement
 
         await parts.start_placement()
         await parts.until_status(job, "completed")
+        seen = (await parts.cli_jobs(job))[job]
+        assert seen["status"] == "completed"
+        assert seen["preemptions"] == 0
+
+
+async def test_a_leader_whose_renewals_stalled_steps_down_at_its_first_stale_store_write(
+    broker: Broker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Step-down after a stale store write. The leader's renewals stall while it believes it still
+    leads (its election's clock stands still: a paused process's view), so its key expires and the
+    follower takes over, claiming a newer term in the store. The old leader's next write (the grant
+    of a job its book still holds) is fenced out: it steps down, and the job runs once, under the
+    new term."""
+    async with live_parts(broker, tmp_path) as parts:
+        old = await parts.up({"node-a": 1}, plan_timeout_s=0.3)
+        follower = await parts.start_scheduler()
+        await parts.stop_placement(parts.placements[0])  # rounds find no placement: the job stays queued
+        job = await parts.submit(emulated_job("fenced", seconds=20))
+        await eventually(lambda: old.book.entry(job) is not None, 15, "the job in the old leader's book")
+        election = old.election
+        assert election is not None
+        assert election._task is not None
+        election.clock = FakeClock(monotonic=time.monotonic())  # its last renewal stays "just now"
+        election._task.cancel()  # ... and no renewal follows
+        await eventually(lambda: follower.is_leader, 20, "the follower leading")
+        assert old.is_leader  # it still believes so
+        assert follower.epoch is not None
+        assert old.epoch is not None
+        assert follower.epoch > old.epoch
+        old_epoch = old.epoch
+
+        await parts.start_placement()
+        await eventually(lambda: old.replica.term is None, 20, "the old leader stepped down")
+        assert not old.is_leader
+        why = [r.getMessage() for r in caplog.records if r.getMessage().startswith("stepping down")]
+        assert why, "the old leader stepped down without saying why"
+        assert f"term (epoch {old_epoch}) is over: a newer leader claimed the store" in why[0]
+        await parts.until_status(job, "completed")
+        runs = parts.facts.of(JobStarted, job)
+        assert len(runs) == 1
+        assert runs[0].epoch == follower.epoch
         seen = (await parts.cli_jobs(job))[job]
         assert seen["status"] == "completed"
         assert seen["preemptions"] == 0
