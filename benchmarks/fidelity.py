@@ -21,8 +21,8 @@ Two modes:
        and read -39%. The control plane's **start latency** (submit to start on an idle cluster,
        from the scheduler's records) is measured by ``--probes`` probe jobs before the replay, and
        so is its stop latency (work done to completion recorded, minus the emulated run);
-       the simulation models both (``SimConfig.start_latency_s``/``stop_latency_s``, as samples
-       times the speed-up). ``--no-latency`` leaves them out; ``--start-latency S`` sets one.
+       the simulation models both (``SimConfig.start_latency_s``/``stop_latency_s``: the probes'
+       medians times the speed-up). ``--no-latency`` leaves them out; ``--start-latency S`` sets one.
     3. Average JCTs, their relative difference (target: within 5%), and per-job differences of
        first-start times (median, p90 of the absolute difference, simulated seconds) are printed.
 
@@ -449,10 +449,16 @@ def run_emulated(
     emu["workers"] = nodes
     emu["gpus_per_worker"] = gpus
     latencies = result.latencies
-    start: float | list[float] = 0.0
+    start = 0.0
     stop = 0.0
     if with_latency:
-        start = start_latency_s if start_latency_s is not None else latencies.start_s or 0.0
+        # The probes' median, one constant: on a loaded machine one probe in a few can take several
+        # times the others, and as per-job samples that outlier (x the speed-up) lands on real jobs.
+        start = (
+            start_latency_s
+            if start_latency_s is not None
+            else (statistics.median(latencies.start_s) if latencies.start_s else 0.0)
+        )
         stop = (
             stop_latency_s
             if stop_latency_s is not None

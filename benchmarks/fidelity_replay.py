@@ -1,7 +1,7 @@
 """``benchmarks.fidelity --mode replay``: real jobs live, then their exported history simulated (issue 14, item 8).
 
 1. A ``LocalCluster`` (no emulation: real child processes) with ``--cluster NxG`` fake GPUs and the
-   policies of the trace mode, round ``--round`` seconds (default 20).
+   policies of the trace mode, round ``--round`` seconds (default 60).
 2. Latency probes (``python -c pass`` jobs, one at a time on the idle cluster): submit to first
    start, from the scheduler's records.
 3. ``--jobs`` real training jobs (``examples/train_mlp.py`` under ``roundhouse.train``, on the CPU),
@@ -38,11 +38,13 @@ from roundhouse.sim.report import summarize
 from roundhouse.sim.traces import read_trace
 from schemas.control import JobView
 from schemas.job import JobSpec
+from services.core.costs import CostModel
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "examples" / "train_mlp.py"
-GAP_S = 2.0
-"""Mean seconds between arrivals: with jobs of ~4-8 s on 4 GPUs, some wait (queueing is what a replay tests)."""
+GAP_S = 1.5
+"""Mean seconds between arrivals: with jobs of a few seconds on 4 GPUs, some wait (queueing is what a
+replay tests)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +60,13 @@ def workload(jobs: int, seed: int) -> list[RealJob]:
     arrival = 0.0
     out = []
     for index in range(jobs):
-        out.append(RealJob(index, arrival, rng.choice((1, 1, 2)), rng.randint(40, 120)))
+        out.append(RealJob(index, arrival, rng.choice((1, 1, 2)), rng.randint(20, 60)))
         arrival += rng.expovariate(1.0 / GAP_S)
     return out
 
 
 def job_spec(job: RealJob) -> JobSpec:
-    # --sleep 0.03: ~1.2-3.6 s of iterations besides torch's start-up; checkpoints only when told to.
+    # --sleep 0.03: ~0.6-1.8 s of iterations besides torch's start-up; checkpoints only when told to.
     command = [
         sys.executable,
         str(TRAIN),
@@ -152,7 +154,7 @@ def export_history(cluster: LocalCluster, path: Path) -> None:
 def replay_mode(args: argparse.Namespace) -> dict[str, Any]:
     shape = args.cluster or "2x2"
     nodes, _, gpus = shape.partition("x")
-    round_s = args.round_s or 20.0
+    round_s = args.round_s or 60.0
     jobs = workload(args.jobs or 12, args.seed)
     with tempfile.TemporaryDirectory(prefix="rh-fidelity-replay-") as tmp:
         config = LocalClusterConfig(
@@ -192,7 +194,8 @@ def replay_mode(args: argparse.Namespace) -> dict[str, Any]:
     if len(exported) != probe_count + len(done):
         raise FidelityError(f"history exported {len(exported)} jobs; {probe_count} probes + {len(done)} completed")
     first_submit = probed[0].submit_time if probed else done[0].submit_time
-    live = simulation_from_live(settings, start_latency_s=latencies or 0.0, record_jobs=True)
+    # The exported run times include what each live preemption cost (checkpoint, restart): free here.
+    live = simulation_from_live(settings, start_latency_s=latencies or 0.0, record_jobs=True, costs=CostModel.free())
     outcome = live.simulator(exported, uniform_cluster(shape)).run()
     report = summarize(outcome, wall_s=0.0, config=live.describe())
     rows = []
@@ -213,7 +216,8 @@ def replay_mode(args: argparse.Namespace) -> dict[str, Any]:
     per_job = per_job_differences(rows, sim_rows)
     print(
         f"replay: {len(done)}/{len(jobs)} real jobs completed on {shape} ({round_s:g} s rounds), wall {wall:.0f} s; "
-        f"start latency median {statistics.median(latencies) if latencies else 0:.3f} s over {len(latencies)} probes"
+        f"start latency median {statistics.median(latencies) if latencies else 0:.3f} s over {len(latencies)} probes; "
+        f"preemptions live {sum(v.preemptions for v in done)}, replay {report['preemptions']}"
     )
     print(
         f"per job (live - replay): first start |diff| median {per_job['first_start']['median_abs_s']:.2f} s, "
@@ -237,6 +241,7 @@ def replay_mode(args: argparse.Namespace) -> dict[str, Any]:
         "within_target": within,
         "per_job": per_job,
         "start_latency_s": latencies,
+        "live_preemptions": sum(v.preemptions for v in done),
         "sim_config": live.describe(),
         "simulator": {k: v for k, v in report.items() if k != "config"},
         "wall_s": round(wall, 1),

@@ -167,6 +167,8 @@ class LiveSimulation:
     lease_ttl_s: float
     """The live lease TTL in simulated seconds (recorded: the simulator models no failures)."""
     emulated: bool
+    costs_given: bool = False
+    """The caller replaced the derived preemption costs."""
 
     def simulator(self, workload: Iterable[TraceJob], cluster: ClusterState) -> Simulator:
         """A simulator of ``workload`` on ``cluster`` with fresh policy objects built from the settings."""
@@ -190,7 +192,8 @@ class LiveSimulation:
             "round_s": config.round_s, "fill_between_rounds": config.fill_between_rounds,
             "start_latency_s": config.start_latency_s, "stop_latency_s": config.stop_latency_s,
             "time_scale": self.time_scale, "lease_ttl_s": self.lease_ttl_s,
-            "costs": "emulated worker (checkpoint only)" if self.emulated else "simulator defaults (real jobs)",
+            "costs": "given by the caller" if self.costs_given
+            else "emulated worker (checkpoint only)" if self.emulated else "simulator defaults (real jobs)",
         }  # fmt: skip
 
 
@@ -201,9 +204,12 @@ def simulation_from_live(
     stop_latency_s: float = 0.0,
     record_jobs: bool = False,
     max_time_s: float | None = None,
+    costs: CostModel | None = None,
 ) -> LiveSimulation:
     """The simulation of a cluster that runs with ``settings``. Latencies are live seconds (the
-    simulation gets them multiplied by the time scale): a constant, or measured samples."""
+    simulation gets them multiplied by the time scale): a constant, or measured samples. ``costs``
+    replaces the derived preemption costs (e.g. ``CostModel.free()`` to replay run times measured
+    live, which already include what each preemption cost)."""
     scheduler, worker = settings.scheduler, settings.worker
     scale = worker.speedup if worker.emulate else 1.0
     if isinstance(start_latency_s, (int, float)):
@@ -213,7 +219,7 @@ def simulation_from_live(
     config = SimConfig(
         round_s=scheduler.round_s * scale,
         fill_between_rounds=scheduler.fill_between_rounds,
-        costs=emulated_costs(worker) if worker.emulate else CostModel(),
+        costs=costs if costs is not None else emulated_costs(worker) if worker.emulate else CostModel(),
         start_latency_s=start,
         stop_latency_s=stop_latency_s * scale,
         record_jobs=record_jobs,
@@ -231,4 +237,5 @@ def simulation_from_live(
         time_scale=scale,
         lease_ttl_s=scheduler.lease_ttl_s * scale,
         emulated=worker.emulate,
+        costs_given=costs is not None,
     )
