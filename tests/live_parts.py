@@ -85,6 +85,19 @@ class LiveParts:
         self.schedulers.append(service)
         return service
 
+    async def crash_scheduler(self, service: SchedulerService) -> None:
+        """Stop a replica as if its process died: no resignation, its connection gone."""
+        election = service.election
+        assert election is not None
+        await election.stop(resign=False)
+        service.election = None
+        await service.stop()
+        bus = service.bus
+        assert bus is not None
+        await bus.close()
+        self.buses.remove(bus)
+        self.schedulers.remove(service)
+
     async def start_placement(self, policy: str = "consolidated", **options: Any) -> PlacementService:
         service = PlacementService(PlacementConfig(nats=self.broker.url, namespace=self.namespace, policy=policy,
                                                    policy_options=options))  # fmt: skip

@@ -4,6 +4,8 @@ real commands), the user's client. Each test ends in what a user sees: ``roundho
 
 from __future__ import annotations
 
+import asyncio
+import os
 import signal
 import sys
 import time
@@ -17,7 +19,7 @@ from schemas.nodes import NodeRegister
 from services.runtime.broker import Broker
 from tests.fake_clock import FakeClock
 from tests.helpers import eventually
-from tests.live_parts import emulated_job, live_parts
+from tests.live_parts import REPO, emulated_job, live_parts
 
 
 async def test_a_job_that_exits_non_zero_is_failed_with_its_exit_code_and_last_output(
@@ -163,3 +165,70 @@ async def test_a_leader_whose_renewals_stalled_steps_down_at_its_first_stale_sto
         seen = (await parts.cli_jobs(job))[job]
         assert seen["status"] == "completed"
         assert seen["preemptions"] == 0
+
+
+async def test_a_leader_that_dies_under_a_running_job_is_replaced_and_the_job_runs_on_once(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """The follower takes over from the store (the job running, its lease) and the agent's
+    heartbeats: the run goes on under the new term (never requeued, never started twice) and ends."""
+    async with live_parts(broker, tmp_path) as parts:
+        old = await parts.up({"node-a": 1})
+        follower = await parts.start_scheduler()
+        job = await parts.submit(emulated_job("steady", seconds=1000))
+        started = await parts.facts.one(JobStarted, job, 20)
+        old_epoch = old.epoch
+        await parts.crash_scheduler(old)
+        await eventually(lambda: follower.is_leader, 20, "the follower leading")
+        assert follower.epoch is not None
+        assert old_epoch is not None
+        assert follower.epoch > old_epoch
+        entry = follower.book.entry(job)
+        assert entry is not None
+        assert entry.lease is not None
+        assert entry.lease.lease_id == started.lease_id  # loaded from the store, not requeued
+
+        done = await parts.until_status(job, "completed", timeout_s=60)
+        assert done.preemptions == 0
+        assert [r.lease_id for r in parts.facts.of(JobStarted, job)] == [started.lease_id]
+        seen = (await parts.cli_jobs(job))[job]
+        assert seen["status"] == "completed"
+        assert seen["iterations_done"] == 10000
+
+
+async def test_plans_that_come_after_their_round_timed_out_are_dropped_and_the_job_runs_once(
+    broker: Broker, tmp_path: Path
+) -> None:
+    """Stale plans: placement runs as its own process; frozen (SIGSTOP) past the plan time-out, it
+    answers the rounds it missed once it thaws. Those plans are for rounds over: dropped, counted;
+    a later round places the job, which runs once."""
+    async with live_parts(broker, tmp_path) as parts:
+        leader = await parts.up({"node-a": 1}, plan_timeout_s=0.5)
+        await parts.stop_placement(parts.placements[0])
+        log = (tmp_path / "placement.log").open("wb")
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "services.placement", "--nats", broker.url, "--namespace", parts.namespace,
+            "--policy", "consolidated", "--log-format", "text", cwd=str(REPO), stdout=log, stderr=log,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        try:
+            first = await parts.submit(emulated_job("first", seconds=10))
+            await parts.until_status(first, "completed", timeout_s=60)  # the child places rounds
+            timed_out, stale = leader.cycle.plans_timed_out, leader.cycle.plans_stale
+            child.send_signal(signal.SIGSTOP)
+            job = await parts.submit(emulated_job("late", seconds=10))
+            await eventually(lambda: leader.cycle.plans_timed_out > timed_out, 20, "a round timed out")
+            assert await parts.status_of(job) == "queued"
+            child.send_signal(signal.SIGCONT)
+            await eventually(lambda: leader.cycle.plans_stale > stale, 20, "a late plan dropped")
+            await parts.until_status(job, "completed", timeout_s=60)
+            assert len(parts.facts.of(JobStarted, job)) == 1
+            seen = (await parts.cli_jobs(job))[job]
+            assert seen["status"] == "completed"
+            assert seen["preemptions"] == 0
+        finally:
+            if child.returncode is None:
+                child.send_signal(signal.SIGCONT)
+                child.terminate()
+                await asyncio.wait_for(child.wait(), 15)
+            log.close()
