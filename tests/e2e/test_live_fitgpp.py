@@ -31,12 +31,14 @@ from tests.helpers import eventually
 GRACE_VICTIM_S = 8.0
 GRACE_LONG_S = 30.0
 CHECKPOINT_S = 1.0
-MARGIN_S = 2.0
-"""Allowed beyond the grace period: the round, the grant and the TE process's start."""
+MARGIN_S = 4.0
+"""Allowed beyond the grace period: the round, the grant and the TE process's start (a Python start
+takes seconds on a loaded machine). Still far below ``long``'s 30 s grace, which must not be waited for."""
 
-SAME_ROUND_S = 1.0
-"""Jobs granted in one round start their processes in any order within milliseconds; rounds are 5 s
-apart. "Resumes before queued" means: never in a later round than ``queued``."""
+SAME_ROUND_S = 2.5
+"""Jobs granted in one round start their processes in any order, within milliseconds on an idle
+machine and seconds on a loaded one; rounds are 5 s apart. "Resumes before queued" means: never in
+a later round than ``queued``."""
 
 ITERATIONS = {"long": 300, "victim": 140, "queued": 30, "te": 30, "te2": 30}
 """At 0.05 s an iteration: long 15 s, victim 7 s, queued and the TE jobs 1.5 s."""

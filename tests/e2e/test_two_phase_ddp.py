@@ -22,7 +22,9 @@ from tests.integration.test_worker_harness import REPO, Scheduler, WorkerProcess
 
 torch = pytest.importorskip("torch", reason="the train extra (torch) is not installed")
 
-ITERATIONS = 60
+ITERATIONS = 200
+"""6 s of training at 0.03 s an iteration: the revoke, sent once iteration 5 is seen, lands long before
+the end even on a loaded machine (at 60, a slow revoke met a finished job)."""
 ARGS = ["--iterations", str(ITERATIONS), "--samples", "512", "--batch-size", "16", "--hidden", "16",
         "--sleep", "0.03", "--log-every", "0", "--device", "cpu"]  # fmt: skip
 # (CPU and gloo even on a GPU host: both fake-GPU "nodes" would put their rank on physical GPU 0.)
