@@ -19,6 +19,15 @@ by the speed-up, and round-grid effects.
 
     .venv/bin/python -m benchmarks.eta [--policies fifo,srtf] [--jobs 60] [--cluster 2x4] [--speedup 30]
                                        [--json FILE]
+
+``--round-cost`` measures instead what the ETA costs the scheduler's rounds: ``benchmarks.round``
+(10,000 GPUs, 20,000 queued jobs, LAS; no job declares a duration, so every ETA uses the fallback)
+run twice in this process, with the ETA on (the default: a run whenever the book changed, at most
+every 2 s) and off (``eta=False``), its steady rounds' wall time and the scheduler process's CPU
+time compared. The ETA's simulation runs in a worker process, so it competes for the host's CPUs,
+not for the event loop; its snapshot (on the loop) is taken between rounds.
+
+    .venv/bin/python -m benchmarks.eta --round-cost [--rounds 5] [--json FILE]
 """
 
 from __future__ import annotations
@@ -192,6 +201,31 @@ def run_policy(policy: str, trace: list[TraceJob], *, nodes: int, gpus: int, spe
             cluster.stop()
 
 
+def round_cost(rounds: int, json_path: str | None) -> int:
+    """``benchmarks.round`` with the ETA off, then on (module doc)."""
+    from benchmarks import round as round_bench
+    from services.scheduler.config import SchedulerConfig
+
+    results: dict[str, Any] = {}
+    for eta in (False, True):
+
+        def config(**fields: Any) -> SchedulerConfig:
+            return SchedulerConfig(**fields, eta=eta)  # noqa: B023 (called inside this iteration)
+
+        round_bench.SchedulerConfig = config  # type: ignore[attr-defined,assignment]
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            print(f"--- benchmarks.round, ETA {'on' if eta else 'off'}", flush=True)
+            asyncio.run(round_bench.run(1_250, 8, 20_000, rounds, 100, via_service=False, json_path=out.name))
+            results["on" if eta else "off"] = json.loads(Path(out.name).read_text())
+    off, on = results["off"], results["on"]
+    print(f"steady round median: ETA off {off['steady_median_ms']:.0f} ms (CPU {off['steady_cpu_median_ms']:.0f} ms), "
+          f"ETA on {on['steady_median_ms']:.0f} ms (CPU {on['steady_cpu_median_ms']:.0f} ms); "
+          f"host load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policies", default="fifo,srtf", help="comma-separated scheduling policies")
@@ -204,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-wall", type=float, default=600.0, help="real seconds per policy at most")
     parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--round-cost", action="store_true", help="the ETA's cost to rounds (benchmarks.round)")
+    parser.add_argument("--rounds", type=int, default=5, help="steady rounds per --round-cost run")
     args = parser.parse_args(argv)
+    if args.round_cost:
+        return round_cost(args.rounds, args.json)
     nodes, gpus = (int(x) for x in args.cluster.lower().split("x"))
     trace = None if args.synthetic else tiresias_slice(args.jobs, args.cluster)
     source = "tiresias-60job"

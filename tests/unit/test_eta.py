@@ -265,3 +265,35 @@ def test_held_jobs_are_not_simulated() -> None:
     jobs = jobs_of(waiting("b", duration=5, seq=1), held)
     table = predict(prepare(jobs, cluster(nodes=1, per_node=1), NOW, settings()))
     assert set(table.etas) == {"b"}
+
+
+@pytest.mark.parametrize("policy", ["fifo", "srtf", "las"])
+def test_without_later_arrivals_the_eta_is_the_simulators_own_start(policy: str) -> None:
+    """The ETA of jobs that all wait now equals their first start in a plain simulation of the same
+    jobs arriving at once (the same engine, policies and rounds): what the snapshot translation
+    (durations, first starts cleared, order) must preserve."""
+    from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
+    from services.core.simulation.engine import SimConfig, Simulator
+    from services.core.simulation.workload import TraceJob
+
+    sizes = [(1, 900.0), (2, 300.0), (4, 1200.0), (1, 60.0), (2, 2400.0), (1, 450.0), (4, 100.0), (2, 700.0)]
+    queued = [waiting(f"j{i}", duration=d, gpus=g, seq=i) for i, (g, d) in enumerate(sizes)]
+    for state in queued:  # all submitted now, as the simulation's arrivals at 0
+        state.submit_time = state.queued_since = NOW
+        state.admit_time = NOW
+    st = settings(policy, round_s=60.0, fill_between_rounds=True)
+    table = predict(prepare(jobs_of(*queued), cluster(nodes=1, per_node=4), NOW, st))
+
+    trace = [TraceJob(index=i, arrival_s=0.0, gpus=g, duration_s=d) for i, (g, d) in enumerate(sizes)]
+    simulator = Simulator(
+        trace, cluster(nodes=1, per_node=4), admission=ADMISSION.create("accept-all"),
+        scheduling=SCHEDULING.create(policy), placement=PLACEMENT.create("consolidated"),
+        config=SimConfig(round_s=60.0, fill_between_rounds=True, record_jobs=True),
+    )  # fmt: skip
+    out = simulator.run()
+    starts = dict(zip(out.job_index, out.first_start, strict=True))
+    assert len(starts) == len(sizes)
+    for i in range(len(sizes)):
+        eta = table.etas[f"j{i}"]
+        assert eta.start is not None
+        assert eta.start - NOW == pytest.approx(starts[i], abs=1e-6), (i, eta, starts)
