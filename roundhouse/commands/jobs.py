@@ -7,7 +7,7 @@ Roundhouse's statuses and Slurm's and Kueue's words (``statuses.py``); an unknow
 
 START is when a job first started; for a queued job, when it is expected to start (its ETA: the
 scheduler's forward simulation under the policy in force, ``eta_s`` in ``--json``), as ``in 12m
-(14:05)``, with ``~`` when it rests on a guessed duration (a job without ``expected_duration_s``).
+(14:05)``, ``in ~12m`` when it rests on a guessed duration (a job without ``expected_duration_s``).
 
 What a listing needs (the client, the schemas, NATS) is imported when the command runs, not when
 the CLI starts (``roundhouse --help`` and every other command stay quick).
@@ -80,7 +80,7 @@ def _start(job: JobView, now: float) -> str:
     guessed = "~" if job.eta_quality == "guessed" else ""
     if job.eta_s < 1:
         return f"{guessed}now"
-    return f"{guessed}in {_duration(job.eta_s)} ({_clock(job.eta_time, now)})"
+    return f"in {guessed}{_duration(job.eta_s)} ({_clock(job.eta_time, now)})"
 
 
 def _duration(seconds: float) -> str:

@@ -31,7 +31,7 @@ def start_column(job: JobView) -> str:
         pytest.param(view("q", eta_s=720.0, eta_time=NOW + 720, eta_quality="durations"),
                      f"in 12m ({time.strftime('%H:%M', time.localtime(NOW + 720))})", id="in 12 minutes"),
         pytest.param(view("q", eta_s=7200.0, eta_time=NOW + 7200, eta_quality="guessed"),
-                     f"~in 2h ({time.strftime('%H:%M', time.localtime(NOW + 7200))})", id="guessed"),
+                     f"in ~2h ({time.strftime('%H:%M', time.localtime(NOW + 7200))})", id="guessed"),
         pytest.param(view("q", eta_s=2 * 86400.0, eta_time=NOW + 2 * 86400, eta_quality="durations"),
                      f"in 2d ({time.strftime('%b %d %H:%M', time.localtime(NOW + 2 * 86400))})", id="days away"),
         pytest.param(view("q", eta_s=0.0, eta_time=NOW, eta_quality="durations"), "now", id="due now"),
