@@ -55,7 +55,7 @@ async def test_admission_rejects_a_job_over_quota_and_holds_one_until_the_users_
     once admission lets it in (the user's first job ended)."""
     async with live_parts(broker, tmp_path) as parts:
         await parts.up({"node-a": 2}, admission="user-quota", admission_options={"max_jobs": 1, "max_gpus": 1})
-        first = await parts.client.submit(emulated_job("first", seconds=150), job_id="q-first", timeout_s=20)
+        first = await parts.client.submit(emulated_job("first", seconds=300), job_id="q-first", timeout_s=20)
         second = await parts.client.submit(emulated_job("second", seconds=20), job_id="q-second", timeout_s=20)
         wide = await parts.client.submit(emulated_job("wide", gpus=2), job_id="q-wide", timeout_s=20)
         assert (first.outcome, second.outcome, wide.outcome) == ("accepted", "held", "rejected")
