@@ -105,6 +105,25 @@ def _call(fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
+def _local_error(error: BaseException) -> BaseException:
+    """What a failed task raises here: the task's own exception (Ray's wrappers and remote traceback
+    taken off), or :class:`RayUnavailableError` where the cluster, not the case, failed: a worker
+    that cannot import Roundhouse (Ray wraps that as a system error), or a worker or node lost."""
+    from ray.exceptions import RayError
+
+    while isinstance(getattr(error, "cause", None), Exception):  # a task error wraps its cause
+        error = error.cause  # type: ignore[attr-defined]
+    lines = str(error).strip().splitlines()
+    first = lines[0] if lines else type(error).__name__
+    if isinstance(error, ImportError) or (isinstance(error, RayError) and "No module named" in first):
+        return RayUnavailableError(
+            f"a Ray worker cannot import what the case needs ({first}): install this Roundhouse on every node"
+        )
+    if isinstance(error, RayError):
+        return RayUnavailableError(f"the Ray cluster failed to run a case: {first}")
+    return error
+
+
 class RayExecutor(Executor):
     """Runs each submitted call as a Ray task (one CPU each) on the cluster at ``address``.
 
@@ -114,7 +133,10 @@ class RayExecutor(Executor):
     def __init__(self, address: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         ray = _import_ray()
         self.cpus = check_reachable(address, timeout_s)
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        try:
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        except Exception as exc:  # what the probe did, this process could not (e.g. already a driver elsewhere)
+            raise RayUnavailableError(f"cannot connect to the Ray cluster at {address}: {exc}") from exc
         self._ray = ray
         self._task = ray.remote(num_cpus=1)(_call)
 
@@ -128,9 +150,8 @@ class RayExecutor(Executor):
             error = done.exception()
             if error is None:
                 result.set_result(done.result())
-                return
-            cause = getattr(error, "cause", None)
-            result.set_exception(cause if isinstance(cause, Exception) else error)
+            else:
+                result.set_exception(_local_error(error))
 
         remote.add_done_callback(settle)
         return result

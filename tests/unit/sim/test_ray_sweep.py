@@ -174,3 +174,21 @@ def test_address_forms(address: str, expected: tuple[str, int] | None) -> None:
 def test_bad_addresses_are_refused_with_the_valid_forms(address: str) -> None:
     with pytest.raises(RayUnavailableError, match=r"HOST:PORT|no port"):
         host_port(address)
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_that_cannot_import_the_case_code_is_a_cluster_error(
+    ray_head: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A module only this process can import (as Roundhouse would be, were it missing on the nodes):
+    # the task's function is pickled by reference, so the worker fails to import it.
+    (tmp_path / "only_here_module.py").write_text("def double(x: int) -> int:\n    return 2 * x\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import only_here_module  # type: ignore[import-not-found]
+
+    assert only_here_module.double(2) == 4
+    with ray_runner.RayExecutor(ray_head) as executor:
+        assert executor.cpus >= 1
+        future = executor.submit(only_here_module.double, 21)
+        with pytest.raises(RayUnavailableError, match=r"cannot import .*only_here_module.*install this Roundhouse"):
+            future.result(timeout=300)
