@@ -205,6 +205,14 @@ def round_cost(rounds: int, json_path: str | None) -> int:
     """``benchmarks.round`` with the ETA off, then on (module doc)."""
     from benchmarks import round as round_bench
     from services.scheduler.config import SchedulerConfig
+    from services.scheduler.service import SchedulerService
+
+    services: list[SchedulerService] = []
+
+    class Recorded(SchedulerService):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            services.append(self)
 
     results: dict[str, Any] = {}
     for eta in (False, True):
@@ -213,10 +221,20 @@ def round_cost(rounds: int, json_path: str | None) -> int:
             return SchedulerConfig(**fields, eta=eta)  # noqa: B023 (called inside this iteration)
 
         round_bench.SchedulerConfig = config  # type: ignore[attr-defined,assignment]
+        round_bench.SchedulerService = Recorded  # type: ignore[attr-defined]
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             print(f"--- benchmarks.round, ETA {'on' if eta else 'off'}", flush=True)
             asyncio.run(round_bench.run(1_250, 8, 20_000, rounds, 100, via_service=False, json_path=out.name))
-            results["on" if eta else "off"] = json.loads(Path(out.name).read_text())
+            result = json.loads(Path(out.name).read_text())
+        refresher = services[-1].eta.refresher
+        table = refresher.table
+        result["eta_runs"] = refresher.runs
+        result["eta_last_take_ms"] = round(refresher.last_take_s * 1e3, 1)
+        result["eta_last_run_s"] = round(table.elapsed_s, 2) if table is not None else None
+        if eta:
+            print(f"ETA: {refresher.runs} runs during the benchmark; last snapshot {result['eta_last_take_ms']} ms "
+                  f"on the loop, last simulation {result['eta_last_run_s']} s in the worker", flush=True)  # fmt: skip
+        results["on" if eta else "off"] = result
     off, on = results["off"], results["on"]
     print(f"steady round median: ETA off {off['steady_median_ms']:.0f} ms (CPU {off['steady_cpu_median_ms']:.0f} ms), "
           f"ETA on {on['steady_median_ms']:.0f} ms (CPU {on['steady_cpu_median_ms']:.0f} ms); "
