@@ -15,7 +15,7 @@ Tolerance: average JCT within 12%. On this 2-core machine, shared and loaded (lo
 differed by at most a few percent (docs/simulator.md, "Fidelity in the suite"); a start latency
 measured 0.25 s (5 simulated seconds) off moves the simulation ~4%. The failure it guards against is
 far larger: simulating without the live scheduler's fill rounds (issue 18's regression) puts these
-jobs' average JCT ~90% above live.
+jobs' average JCT ~80% above live (323 s simulated vs ~180 s).
 """
 
 from __future__ import annotations
