@@ -51,7 +51,7 @@ import math
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from typing import Any, Final, Literal
@@ -293,6 +293,7 @@ def predict(request: EtaRequest) -> EtaTable:
 Executors = Literal["process", "thread"]
 TAKE_SPACING: Final = 20.0
 """Runs start at least this many times the last snapshot's cost apart (it runs on the event loop)."""
+MAX_BACKOFF_S: Final = 300.0
 
 
 class EtaRefresher:
@@ -321,6 +322,8 @@ class EtaRefresher:
         self.failures = 0
         self.last_take_s = 0.0
         """Wall seconds the last ``take()`` held the event loop."""
+        self._backoff_s = 0.0
+        """After failures, the loop waits this long (doubling, at most ``MAX_BACKOFF_S``)."""
 
     def start(self) -> None:
         if self._task is None:
@@ -334,7 +337,12 @@ class EtaRefresher:
                 await task
         pool, self._pool = self._pool, None
         if pool is not None:
+            # A simulation in flight is not waited for: the worker is stopped (Python 3.11's
+            # ProcessPoolExecutor has no public way; without it, exit would wait for the run).
+            workers = dict(getattr(pool, "_processes", None) or {})
             pool.shutdown(wait=False, cancel_futures=True)
+            for process in workers.values():
+                process.terminate()
 
     def _executor(self) -> Executor:
         if self._pool is None:
@@ -349,8 +357,21 @@ class EtaRefresher:
         while True:
             # Taking the snapshot is the one part on the event loop (~35 ms per 1,000 jobs on a loaded
             # 2-core machine): spaced so that it takes at most 1/TAKE_SPACING of the loop's time.
-            await self._sleep(max(self.interval_s, TAKE_SPACING * self.last_take_s))
+            await self._sleep(self.next_wait_s)
             await self.refresh()
+
+    @property
+    def next_wait_s(self) -> float:
+        """How long the loop waits before the next run: ``interval_s``, or longer after a costly
+        snapshot or failures."""
+        return max(self.interval_s, TAKE_SPACING * self.last_take_s, self._backoff_s)
+
+    def _failed(self, what: str) -> None:
+        """Count a failure, log it (the 1st, 2nd, 4th, 8th, ...), and back off."""
+        self.failures += 1
+        if self.failures & (self.failures - 1) == 0:
+            log.exception("ETA: %s (failure %d; retried with back-off)", what, self.failures)
+        self._backoff_s = min(MAX_BACKOFF_S, max(self.interval_s, 2 * self._backoff_s))
 
     async def refresh(self) -> EtaTable | None:
         """One run now if ``take()`` has a request; returns the new table (None if none ran)."""
@@ -358,8 +379,7 @@ class EtaRefresher:
         try:
             request = self._take()
         except Exception:
-            self.failures += 1
-            log.exception("ETA: taking the snapshot failed")
+            self._failed("taking the snapshot failed")
             return None
         finally:
             self.last_take_s = time.perf_counter() - began
@@ -370,10 +390,14 @@ class EtaRefresher:
             table = await asyncio.get_running_loop().run_in_executor(self._executor(), predict, request)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            self.failures += 1
-            log.exception("ETA: the forward simulation failed")
+        except BrokenExecutor:
+            self._pool = None  # its worker died: the next run starts a new one
+            self._failed("the worker process died")
             return None
+        except Exception:
+            self._failed("the forward simulation failed")
+            return None
+        self._backoff_s = 0.0
         elapsed = time.perf_counter() - began
         self.table = replace(table, epoch=request.epoch, elapsed_s=elapsed)
         self.runs += 1

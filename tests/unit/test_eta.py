@@ -256,7 +256,37 @@ def test_refresher_survives_a_failing_snapshot() -> None:
         assert await refresher.refresh() is None
         return refresher
 
-    assert asyncio.run(scenario()).failures == 1
+    refresher = asyncio.run(scenario())
+    assert refresher.failures == 1
+    assert refresher.next_wait_s >= 1.0
+
+
+def test_refresher_backs_off_after_failures_and_recovers() -> None:
+    jobs = jobs_of(waiting("b", duration=5, seq=1))
+    request = prepare(jobs, cluster(nodes=1, per_node=1), NOW, settings())
+    outcomes: list[EtaRequest | Exception] = [RuntimeError("1"), RuntimeError("2"), RuntimeError("3"), request]
+
+    def take() -> EtaRequest | None:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def scenario() -> list[float]:
+        refresher = EtaRefresher(take, interval_s=1.0, executor="thread")
+        waits = []
+        try:
+            for _ in range(4):
+                await refresher.refresh()
+                waits.append(refresher.next_wait_s)
+        finally:
+            await refresher.stop()
+        assert refresher.table is not None
+        return waits
+
+    waits = asyncio.run(scenario())
+    assert waits[:3] == [1.0, 2.0, 4.0]
+    assert waits[3] < 2.0  # a success ends the back-off
 
 
 def test_held_jobs_are_not_simulated() -> None:
