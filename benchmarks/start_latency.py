@@ -9,6 +9,8 @@ the round, through ``roundhouse.client.Client``, and times until the worker's ``
 Two runs in one process: ``fill`` (the scheduler's default, ``fill_between_rounds``) and the
 baseline ``no-fill`` (``--no-fill-between-rounds``: jobs start only at the policy's rounds, as in
 Blox), whose expected wait is about half a round. The ratio of the medians is the number to read.
+The ``fill`` median is also the control-plane start latency ``SimConfig.start_latency_s`` models
+(``roundhouse.sim.live_config``; ``benchmarks/fidelity.py`` measures it with its own probes).
 
     python -m benchmarks.start_latency [--samples 8] [--round 10] [--json FILE]
 """
@@ -102,6 +104,9 @@ def main() -> None:
               f"max {r['max_s']:.2f} s over {r['samples']} jobs (LAS, {args.round_s:g} s rounds)")  # fmt: skip
     ratio = results[1]["p50_s"] / results[0]["p50_s"]
     print(f"fill rounds start trial jobs {ratio:.1f}x sooner (p50)")
+    # The fill run's p50 is the control-plane start latency the simulator can model (issue 18).
+    print(f"to simulate it: SimConfig(start_latency_s={results[0]['p50_s']:.3f} x the time scale), or "
+          f"python -m benchmarks.fidelity --start-latency {results[0]['p50_s']:.3f}")
     if args.json:
         args.json.write_text(json.dumps({"round_s": args.round_s, "runs": results, "p50_ratio": ratio}, indent=1))
 
