@@ -409,6 +409,11 @@ class LocalCluster:
         if kind == "scheduler":
             round_s = config.round_s / config.speedup if config.emulate else config.round_s
             args += ["--db", str(self.state_dir / "scheduler"), "--round-s", str(round_s)]
+            # The ETA simulates the placement this cluster runs, and emulated jobs at their speed-up.
+            args += ["--eta-placement", config.placement,
+                     "--eta-placement-options", json.dumps(config.placement_options)]
+            if config.emulate:
+                args += ["--eta-time-scale", str(config.speedup)]
             if self.auth is not None and "operators" in SchedulerConfig.model_fields:
                 args += ["--operators", json.dumps([self.OPERATOR])]
         args += self._creds_args(Role(kind)) + self._metrics_args()

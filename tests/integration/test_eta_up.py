@@ -3,7 +3,7 @@
 A queued job behind a running job of known duration gets an ETA close to that job's remaining time,
 in `jobs --json` (`eta_s`, `eta_time`, `eta_quality`) and in the table's START; running and
 finished jobs have none. The worker emulates jobs 10x faster than their `expected_duration_s`, and
-the scheduler's ETA is told so (`--eta-time-scale 10`), as `benchmarks/eta.py` runs it.
+`up --emulate --speedup 10` tells the scheduler's ETA so itself (`--eta-time-scale 10`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     config = LocalClusterConfig(
         state_dir=root / DEFAULT_STATE_DIR, workers=1, gpus_per_worker=1, round_s=5.0, user="alice",
         scheduler="fifo", emulate=True, speedup=SPEEDUP, log_level="INFO", metrics=False,
-        extra_args={"scheduler": ["--eta-time-scale", str(SPEEDUP), "--eta-interval-s", "0.2"]},
+        extra_args={"scheduler": ["--eta-interval-s", "0.2"]},
     )  # fmt: skip
     with local_up(config) as running:
         yield running
