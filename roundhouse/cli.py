@@ -59,7 +59,26 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+NEEDS_AIOHTTP = frozenset({"dashboard"})
+"""Commands that serve HTTP with aiohttp; every other one runs without it (:func:`_skip_aiohttp`)."""
+
+
+def _skip_aiohttp(command: str | None) -> None:
+    """Keep aiohttp out of a command that does not serve the dashboard.
+
+    nats-py imports aiohttp at start-up whenever it is installed, only for WebSocket connections
+    (``nats/aio/transport.py``), which Roundhouse never makes; since the dashboard made aiohttp a
+    dependency that import was ~40% of ``roundhouse jobs``'s start-up (``benchmarks/cli.py``).
+    Marking it absent makes nats-py take its no-aiohttp path. Only a command-line run does this
+    (``main()`` without ``argv``): a program that calls ``main([...])`` keeps its imports as they are.
+    """
+    if command not in NEEDS_AIOHTTP and "aiohttp" not in sys.modules:
+        sys.modules["aiohttp"] = None  # type: ignore[assignment]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:
+        _skip_aiohttp(command_of(sys.argv[1:]))
     argv = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first `--` is a command line for the job (`roundhouse submit -- python x.py
     # --lr 0.1`), never options of ours; argparse's REMAINDER would also swallow our own options.

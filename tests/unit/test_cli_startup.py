@@ -82,3 +82,32 @@ def test_the_start_up_benchmark_runs() -> None:
         assert isinstance(entry, dict)
         assert entry["min_s"] > 0
         assert set(entry) >= {"overhead_min_s", "overhead_median_s", "ratio_median", "meets_target"}
+
+
+def _aiohttp_after(*argv: str) -> bool:
+    """Whether aiohttp was really imported by ``python -m roundhouse ARGV`` run as a user runs it."""
+    script = (
+        "import sys\n"
+        f"sys.argv = ['roundhouse', *{list(argv)!r}]\n"
+        "from roundhouse.cli import main\n"
+        "main()\n"
+        "print(sys.modules.get('aiohttp') is not None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=False)
+    return done.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_a_client_command_runs_without_aiohttp_and_the_dashboard_with_it(tmp_path: Path) -> None:
+    # nats-py imports aiohttp only for WebSocket connections; `jobs` gets as far as its credentials
+    # (nats imported, nothing connected) without paying for it, and the dashboard still has it.
+    missing = str(tmp_path / "missing.creds")
+    assert not _aiohttp_after("jobs", "--nats", "nats://127.0.0.1:9", "--creds", missing)
+    dashboard = (
+        "import sys\n"
+        "from roundhouse.cli import _skip_aiohttp, command_of\n"
+        "_skip_aiohttp(command_of(['dashboard', '--port', '0']))\n"
+        "from aiohttp import web\n"
+        "print(web.Application is not None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", dashboard], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "True"
