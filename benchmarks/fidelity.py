@@ -280,12 +280,15 @@ async def replay(
         arrivals: dict[str, float] = {}
         index: dict[str, int] = {}
         lags: list[float] = []
+        # Submissions are planned on the monotonic clock (a wall-clock step must not stall them);
+        # the origin stays a wall time, the scheduler's records' clock.
+        mono_origin = time.monotonic() + (origin - time.time())
         for job in trace_jobs:
-            planned = origin + job.arrival_s / speedup - lead_s
-            delay = planned - time.time()
+            planned = mono_origin + job.arrival_s / speedup - lead_s
+            delay = planned - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            lags.append(time.time() - planned)
+            lags.append(time.monotonic() - planned)
             spec = JobSpec(
                 name=f"fidelity-{job.index}",
                 command=["emulated"],

@@ -115,10 +115,10 @@ async def _live(
             if timed_out or first is None:
                 raise FidelityError(f"probe {i} did not run: {views}")
             probed.append(views[0])
-        origin = time.time() + 0.5
+        origin = time.monotonic() + 0.5
         ids: list[str] = []
         for job in jobs:
-            delay = origin + job.arrival_s - time.time()
+            delay = origin + job.arrival_s - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             verdict = await client.submit(job_spec(job), wait=False)

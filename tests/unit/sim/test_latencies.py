@@ -13,8 +13,13 @@ from services.core.state import ClusterState
 
 
 def simulate(jobs: list[TraceJob], **config: object) -> Outcome:
-    options: dict[str, object] = {"round_s": 100.0, "costs": CostModel.free(), "debug": True,
-                                  "fill_between_rounds": True, "record_jobs": True}
+    options: dict[str, object] = {
+        "round_s": 100.0,
+        "costs": CostModel.free(),
+        "debug": True,
+        "fill_between_rounds": True,
+        "record_jobs": True,
+    }
     options.update(config)
     sim = Simulator(
         jobs, ClusterState.uniform(1, 1), admission=ADMISSION.create("accept-all"),
