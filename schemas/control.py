@@ -38,7 +38,7 @@ from schemas.fields import (
     unique,
 )
 from schemas.ids import JobId, LeaseId, NodeId
-from schemas.job import JobClass, JobName, JobSpec, UserName
+from schemas.job import JobClass, JobName, JobSpec, ModelHint, UserName
 
 __all__ = [
     "MAX_QUERY_JOBS",
@@ -99,6 +99,7 @@ class JobView(WireModel):
     job_class: JobClass
     status: _Status
     gpus: int = Field(ge=1, le=1024, description="GPUs requested.")
+    model: ModelHint | None = Field(default=None, description="The spec's model hint (`roundhouse history` writes it).")
     placement: dict[NodeId, GpuIndices] = Field(default_factory=dict, max_length=1024)
     submit_time: _Time
     first_start_time: _Time | None = None

@@ -160,6 +160,7 @@ def _job_view() -> JobView:
         job_class=JobClass.TE,
         status="running",
         gpus=2,
+        model="resnet50",
         placement={"node-01": [0, 1]},
         submit_time=EXAMPLE_TS,
         first_start_time=EXAMPLE_TS + 2.5,

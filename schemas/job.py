@@ -55,7 +55,7 @@ def _no_nul(value: str) -> str:
 _Arg = Annotated[str, StringConstraints(max_length=MAX_ARG_CHARS), AfterValidator(_no_nul)]
 _EnvKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 _EnvValue = Annotated[str, StringConstraints(max_length=MAX_ARG_CHARS), AfterValidator(_no_nul)]
-_ModelHint = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]*$")]
+ModelHint = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]*$")]
 _AbsPath = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"^/[^\x00]*$")]
 
 
@@ -95,7 +95,7 @@ class JobSpec(WireModel):
     max_preemptions: int | None = Field(
         default=None, ge=0, le=1_000_000, description="FitGpp's P; None means unbounded."
     )
-    model: _ModelHint | None = Field(
+    model: ModelHint | None = Field(
         default=None, description="Model/profile hint (e.g. resnet50) for cost models."
     )
     expected_iterations: int | None = Field(default=None, ge=1, le=10**12)

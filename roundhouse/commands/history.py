@@ -15,7 +15,7 @@ submission order:
 ``class``, ``user``
     as submitted;
 ``model``
-    empty: the jobs query does not carry it (the simulator then uses its default costs).
+    the spec's model hint, empty without one (the simulator then uses its default costs).
 
 Jobs come from the scheduler's jobs query (as ``roundhouse jobs --all --json``): a user gets their
 own, an operator everyone's (``--user`` narrows that). Failed and cancelled jobs are left out (their
@@ -72,7 +72,7 @@ def trace_rows(views: Iterable[JobView], time_scale: float = 1.0) -> list[dict[s
             "duration_s": _seconds(view.runtime_s * time_scale),
             "class": view.job_class.value,
             "user": view.user,
-            "model": "",
+            "model": view.model or "",
         }
         for view in done
     ]

@@ -170,6 +170,7 @@ def _view(
         job_class=spec.job_class,
         status=state.status.value,
         gpus=spec.gpus,
+        model=spec.model,
         placement=placement,
         submit_time=state.submit_time,
         first_start_time=state.first_start_time,

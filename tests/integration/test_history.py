@@ -95,6 +95,7 @@ def test_history_exports_finished_jobs_that_simulate_replays(
         assert float(row["duration_s"]) == pytest.approx(view["runtime_s"] * SPEEDUP, abs=1e-3)
         assert row["gpus"] == "1"
         assert row["class"] == "BE"
+        assert row["model"] == "resnet50"  # as submitted: the replay prices its checkpoints as live did
     assert float(rows[0]["arrival_s"]) == 0.0
     # The run time excludes queueing: b and c waited for a, so their JCTs exceed their run times by
     # at least a's run time; and each ran at least its emulated duration.
