@@ -184,7 +184,9 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
 ) -> None:
     async with cluster(broker, namespace, tmp_path) as c:
         workers = await c.start_workers({"n0": 2, "n1": 2})
-        s = await c.start_scheduler(policy="fifo")
+        # No placement until all five are queued: acceptances land in batches, in any order, and a
+        # fill round between two batches would rightly start job-4 before job-0 was accepted.
+        s = await c.start_scheduler(policy="fifo", with_placement=False, plan_timeout_s=0.3)
         await wait_for(lambda: s.is_leader and len(s.inventory) == 2, what="leader with 2 nodes")
         rounds: list[ScheduleRound] = []
 
@@ -195,6 +197,12 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         for i in range(5):
             await c.submit(f"job-{i}", spec(f"job-{i}"))
         await c.submit("held-0", spec("held-0"), accept=False)
+        await wait_for(lambda: all((e := s.book.entry(f"job-{i}")) is not None and e.state.status is JobStatus.QUEUED
+                                   for i in range(5)), what="all five accepted")  # fmt: skip
+        service, bus, _ = c.replicas[0]
+        placement = PlacementService(PlacementConfig(nats=c.broker.url, namespace=c.namespace, policy="consolidated"))
+        await placement.start(bus)
+        c.replicas[0] = (service, bus, placement)  # stopped with the replica
         await wait_for(lambda: len(running_jobs(s)) == 4, what="4 jobs running")
         assert running_jobs(s) == {"job-0", "job-1", "job-2", "job-3"}  # FIFO: the first four
         await wait_for(lambda: len(workers.log) == 4, what="4 grants taken")
@@ -202,11 +210,6 @@ async def test_rounds_grant_gpus_to_accepted_jobs_and_query_shows_them(
         assert len(grants) == 4
         assert {epoch for *_, epoch in grants} == {s.epoch}
         await wait_for(lambda: all(lease.started for lease in s.book.leases.values()), what="job.started applied")
-        # Acceptances land in batches: job-4's may trail the four that started.
-        await wait_for(
-            lambda: (e := s.book.entry("job-4")) is not None and e.state.status is JobStatus.QUEUED,
-            what="job-4 accepted",
-        )
 
         reply = await c.query()
         by_id = {v.job_id: v for v in reply.jobs}
