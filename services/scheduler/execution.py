@@ -236,10 +236,22 @@ class Execution:
             return
         if lease.lease_id not in r.book.leases:
             return
-        if ack is not None and ack.error is LeaseAckError.UNKNOWN_LEASE:
+
+        def held(lease_id: str) -> bool:
+            return lease_id in r.book.leases
+
+        if ack is not None and ack.error is LeaseAckError.UNKNOWN_LEASE and not lease.stopped:
             await self.release([lease.lease_id], r.clock.time(), count_preemption=False)
             return
-        await term.executor.wait_released([lease], deadline, lambda i: i in r.book.leases)
+        await term.executor.wait_released([lease], deadline, held)
+        if lease.stopped and held(lease.lease_id):
+            # The fast path (``job.suspended`` seen on core NATS, facts.on_suspension_seen) wakes the
+            # wait before the durable fact is applied, and only that fact carries the run's
+            # checkpoint: it releases the lease itself. Releasing here instead requeued the job
+            # without its checkpoint, and the next round started it over from iteration 0 (drain
+            # --now lost 1 checkpoint in 3). So wait for it, up to the deadline as before; the same
+            # holds when the worker no longer knew the lease because it had already suspended it.
+            await term.executor.wait_released([lease], deadline, held)
         await self.release([lease.lease_id], r.clock.time())
 
     def revoke_strays(self, term: Term, strays: Iterable[Lease]) -> None:
