@@ -177,6 +177,11 @@ class RoundCycle:
         now = self.replica.clock.monotonic()
         return [info for info in topology.infos if not inventory.takes_work(info, now)]
 
+    def withheld_gpus(self, topology: Topology) -> tuple[int, ...]:
+        """Global ids of every GPU (free or leased) on the live nodes that take no new work now
+        (``_withheld``): what the ETA's forward simulation holds unavailable."""
+        return tuple(g for info in self._withheld(topology) for g in topology.to_global(info.node_id, info.gpus))
+
     def waiting_context(self) -> WaitingContext:
         """The cluster now (live GPUs, every held lease assigned) and the last round's order, to
         say why queued jobs wait. A fresh ``ClusterState``: the round's own is as of its snapshot."""

@@ -185,10 +185,13 @@ def prepare(
     order: Sequence[str] = (),
     epoch: int | None = None,
     version: int = 0,
+    withheld: Iterable[int] = (),
 ) -> EtaRequest:
     """The request for the admitted, unfinished ``jobs`` (the book's ``active``) on ``cluster``:
     every running job and the first ``settings.max_jobs`` queued ones, in ``order`` (the last
-    round's ranking) and then by submission. Reads its inputs only."""
+    round's ranking) and then by submission. ``withheld``: the global ids of GPUs on nodes that take
+    no new work (draining or silent); no queued job starts on them in the simulation. Reads its
+    inputs only."""
     running = [j for j in jobs.values() if j.is_running]
     limit = settings.max_jobs
     kept: list[JobState] = []
@@ -209,7 +212,7 @@ def prepare(
     )
     chosen = {j.job_id: j for j in (*running, *kept)}
     durations = fallback_durations(chosen.values(), settings.default_duration_s)
-    snapshot = take_snapshot(chosen, cluster, now, durations=durations)
+    snapshot = take_snapshot(chosen, cluster, now, durations=durations, withheld=withheld)
     scale = settings.time_scale
     forward = tuple(_for_eta(fj, scale) for fj in snapshot.jobs)
     snapshot = replace(snapshot, jobs=forward)

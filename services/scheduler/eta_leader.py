@@ -2,7 +2,9 @@
 
 A run is taken only while this replica leads, between rounds (a round in flight owns the snapshot it
 ranked), when the book changed since the last run (``state_version``: an arrival, a start, a
-completion, a suspension) or ``eta_refresh_s`` passed; at most every ``eta_interval_s``.
+completion, a suspension) or ``eta_refresh_s`` passed; at most every ``eta_interval_s``. It sees
+the cluster a round would: live nodes, held leases, and the GPUs of draining or silent nodes
+withheld (``RoundCycle.withheld_gpus``), so their free GPUs do not shorten an ETA.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ class LeaderEta:
         settings = replace(self.settings, scheduling=name, scheduling_options=opts)
         request = prepare(
             book.active, cluster, now, settings, order=self.cycle.last_ranked[1], epoch=term.epoch,
-            version=book.state_version,
+            version=book.state_version, withheld=self.cycle.withheld_gpus(topology),
         )  # fmt: skip
         self._taken, self._taken_at = key, now
         return request

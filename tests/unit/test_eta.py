@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.core.state import JobState, JobStatus
+from services.core.state import UNAVAILABLE, JobState, JobStatus
 from services.scheduler.eta import (
     DURATIONS,
     GUESSED,
@@ -327,3 +327,51 @@ def test_without_later_arrivals_the_eta_is_the_simulators_own_start(policy: str)
         eta = table.etas[f"j{i}"]
         assert eta.start is not None
         assert eta.start - NOW == pytest.approx(starts[i], abs=1e-6), (i, eta, starts)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "withheld", "expect"),
+    [
+        pytest.param(
+            [running("a", 0, duration=1000, executed=0, seq=1), waiting("b", duration=500, seq=2)],
+            (1,), {"b": 1000.0}, id="a drained node's free GPU does not start a queued job",
+        ),
+        pytest.param(
+            [running("a", 0, duration=1000, executed=0, seq=1), running("c", 1, duration=200, executed=0, seq=2),
+             waiting("b", duration=500, seq=3)],
+            (1,), {"b": 1000.0}, id="a job running on a drained node ends there; its GPU stays withheld",
+        ),
+        pytest.param(
+            [running("a", 0, duration=1000, executed=0, seq=1), waiting("b", duration=500, seq=2)],
+            (), {"b": 0.0}, id="nothing withheld: the free GPU means now",
+        ),
+        pytest.param(
+            [waiting("b", duration=500, seq=1)], (0, 1), {"b": None}, id="every node drained: no ETA",
+        ),
+    ],
+)
+def test_withheld_gpus_do_not_shorten_an_eta(
+    jobs: list[JobState], withheld: tuple[int, ...], expect: dict[str, float | None]
+) -> None:
+    by_id = jobs_of(*jobs)
+    state = cluster(nodes=2, per_node=1, running=[j for j in jobs if j.is_running])
+    request = prepare(by_id, state, NOW, settings(horizon_s=3600.0), withheld=withheld)
+    assert request.snapshot.withheld == frozenset(withheld)
+    table = predict(pickle.loads(pickle.dumps(request)))
+    for job_id, expected in expect.items():
+        if expected is None:
+            assert table.etas[job_id].start is None, table.etas[job_id]
+            assert table.etas[job_id].reason
+        else:
+            assert table.etas[job_id].start == pytest.approx(NOW + expected, abs=1.0), table.etas[job_id]
+
+
+def test_a_rounds_unavailable_marker_is_withheld_in_the_snapshot() -> None:
+    """A round's cluster (the synthesizer's input) holds a drained node's free GPUs with the
+    UNAVAILABLE marker: the snapshot withholds them without being told."""
+    jobs = jobs_of(running("a", 0, duration=1000, executed=0, seq=1), waiting("b", duration=500, seq=2))
+    state = cluster(nodes=2, per_node=1, running=[jobs["a"]])
+    state.assign(UNAVAILABLE, (1,))
+    request = prepare(jobs, state, NOW, settings())
+    assert request.snapshot.withheld == frozenset({1})
+    assert predict(request).etas["b"].start == pytest.approx(NOW + 1000, abs=1.0)

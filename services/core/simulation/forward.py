@@ -64,7 +64,7 @@ from services.core.simulation.engine import InitialJob, Outcome, SimConfig, Simu
 from services.core.simulation.jobs import SimJobState
 from services.core.simulation.stats import percentile
 from services.core.simulation.workload import TraceJob
-from services.core.state import ClusterState, Gpu, JobState, JobStatus, Node
+from services.core.state import UNAVAILABLE, ClusterState, Gpu, JobState, JobStatus, Node
 
 
 class MissingDurationError(ValueError):
@@ -100,10 +100,43 @@ class Snapshot:
     """In simulator index order: (submit time, seq)."""
     nodes: tuple[Node, ...]
     gpus: tuple[Gpu, ...]
+    withheld: frozenset[int] = frozenset()
+    """Global ids of GPUs that take no new work (their node drains or went silent): module doc."""
 
     def cluster(self) -> ClusterState:
-        """A fresh, empty cluster of the snapshot's shape."""
+        """A fresh, empty cluster of the snapshot's shape (withheld GPUs free: a caller places the
+        running jobs first, then :meth:`WithholdingCluster.withhold_free`)."""
+        if self.withheld:
+            return WithholdingCluster(self.nodes, self.gpus, self.withheld)
         return ClusterState(self.nodes, self.gpus)
+
+
+class WithholdingCluster(ClusterState):
+    """A cluster whose withheld GPUs never become free: the ``UNAVAILABLE`` marker takes each one as
+    soon as its last job releases it (a running job on a drained node ends; the node stays closed)."""
+
+    __slots__ = ("withheld",)
+
+    def __init__(self, nodes: Iterable[Node], gpus: Iterable[Gpu], withheld: Iterable[int]) -> None:
+        super().__init__(nodes, gpus)
+        self.withheld = frozenset(withheld)
+        unknown = [g for g in self.withheld if not 0 <= g < self.total_gpus]
+        if unknown:
+            raise ValueError(f"withheld GPUs {sorted(unknown)} are not in the cluster ({self.total_gpus} GPUs)")
+
+    def withhold_free(self) -> None:
+        """Hold every free withheld GPU with the marker (after the running jobs took theirs)."""
+        free = sorted(g for g in self.withheld if self.is_free(g))
+        if free:
+            super().assign(UNAVAILABLE, free)
+
+    def release(self, job_id: str, gpu_ids: Iterable[int]) -> None:
+        released = tuple(gpu_ids)
+        super().release(job_id, released)
+        if job_id != UNAVAILABLE:
+            back = [g for g in released if g in self.withheld and self.is_free(g)]
+            if back:
+                super().assign(UNAVAILABLE, back)
 
 
 def _relative(t: float | None, now: float) -> float | None:
@@ -163,11 +196,14 @@ def take_snapshot(
     *,
     held: Sequence[JobState] = (),
     durations: Mapping[str, float] | None = None,
+    withheld: Iterable[int] = (),
 ) -> Snapshot:
     """Copy ``jobs`` (admitted, unfinished: running and waiting), ``held`` (not admitted yet) and
-    the cluster's shape. Reads its inputs only. Raises :class:`MissingDurationError` for live jobs
-    without ``spec.expected_duration_s`` (all of them named), unless ``durations`` gives them one
-    (a caller's estimate, e.g. the ETA's fallback: ``services.scheduler.eta``)."""
+    the cluster's shape. The withheld GPUs are ``withheld`` and those the cluster holds with the
+    ``UNAVAILABLE`` marker (a round's cluster: module doc). Reads its inputs only. Raises
+    :class:`MissingDurationError` for live jobs without ``spec.expected_duration_s`` (all of them
+    named), unless ``durations`` gives them one (a caller's estimate, e.g. the ETA's fallback:
+    ``services.scheduler.eta``)."""
     durations = durations or {}
     entries: list[tuple[float, int, str, JobState, JobStatus]] = []
     seen: set[str] = set()
@@ -193,7 +229,11 @@ def take_snapshot(
     forward = tuple(
         _forward_job(job, index, status, now, durations) for index, (_, _, _, job, status) in enumerate(entries)
     )
-    return Snapshot(now=now, jobs=forward, nodes=tuple(cluster.nodes.values()), gpus=tuple(cluster.gpus))
+    marked = (g for g, holders in enumerate(cluster.gpu_jobs) if UNAVAILABLE in holders)
+    return Snapshot(
+        now=now, jobs=forward, nodes=tuple(cluster.nodes.values()), gpus=tuple(cluster.gpus),
+        withheld=frozenset((*withheld, *marked)),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -279,9 +319,10 @@ def run_forward(
     callers that need per-job results (the ETA reads each job's simulated first start)."""
     if settings.triggers is not None:
         scheduling = Retriggered(scheduling, settings.triggers)  # type: ignore[assignment]
+    cluster = snapshot.cluster()
     simulator = Simulator(
         (),
-        snapshot.cluster(),
+        cluster,
         admission=admission,
         scheduling=scheduling,
         placement=placement,
@@ -293,6 +334,8 @@ def run_forward(
         ),
     )
     states = simulator.start_from(snapshot.jobs)
+    if isinstance(cluster, WithholdingCluster):
+        cluster.withhold_free()  # after the running jobs took their GPUs, before the first round
     return simulator.run(), states
 
 
@@ -353,6 +396,7 @@ __all__ = [
     "MissingDurationError",
     "Retriggered",
     "Snapshot",
+    "WithholdingCluster",
     "run_forward",
     "simulate",
     "take_snapshot",
