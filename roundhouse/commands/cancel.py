@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from roundhouse.commands.common import add_endpoint_flags
+from roundhouse.commands.common import cluster_command
 from roundhouse.commands.statuses import FINAL
 
 if TYPE_CHECKING:
@@ -24,11 +24,9 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("cancel", help="cancel jobs")
-    parser.add_argument("job_ids", nargs="+", metavar="ID")
-    parser.add_argument("--reason", help="recorded with the cancellation")
-    add_endpoint_flags(parser)
-    parser.set_defaults(handler=run)
+    with cluster_command(subparsers, "cancel", run, description=None) as parser:
+        parser.add_argument("job_ids", nargs="+", metavar="ID")
+        parser.add_argument("--reason", help="recorded with the cancellation")
 
 
 @dataclass(slots=True)
@@ -66,11 +64,9 @@ def judge(job_ids: list[str], reply: JobsReply | None) -> tuple[list[str], Outco
 
 
 def run(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from roundhouse.commands.common import with_client
+    from roundhouse.commands.common import ask_cluster
     from schemas.control import JobsQuery
-    from services.runtime.bus import BusError, NoResponderError
+    from services.runtime.bus import NoResponderError
 
     async def cancel(client: Client) -> Outcome:
         job_ids: list[str] = list(args.job_ids)
@@ -85,17 +81,9 @@ def run(args: argparse.Namespace) -> int:
         outcome.requested = allowed
         return outcome
 
-    try:
-        outcome = with_client(args, cancel)
-    except ValidationError as exc:
-        print(f"roundhouse cancel: {exc.errors()[0]['loc'][-1]}: {exc.errors()[0]['msg']}", file=sys.stderr)
-        return 2
-    except BusError as exc:  # the scheduler answered the check with an error
-        print(f"roundhouse cancel: the scheduler failed to answer: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"roundhouse cancel: cannot reach NATS: {exc}", file=sys.stderr)
-        return 1
+    # No scheduler answering the check is not a failure (above); what can still time out is NATS
+    # storing the cancel itself.
+    outcome = ask_cluster(args, cancel, nobody_answers="NATS did not store the cancel; is the cluster running?")
     return report(outcome)
 
 

@@ -4,9 +4,12 @@ what talking needs is imported by :func:`with_client` when it runs)."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
+
+from roundhouse.commands import BY_NAME
 
 if TYPE_CHECKING:
     from roundhouse.client import Client
@@ -33,6 +36,64 @@ def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+@contextmanager
+def cluster_command(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
+    handler: Callable[[argparse.Namespace], int], description: str | None, **defaults: object,
+) -> Iterator[argparse.ArgumentParser]:  # fmt: skip
+    """The parser of a command that talks to a running Roundhouse: the body adds the command's own
+    arguments, then the endpoint flags follow them and ``handler`` (with ``defaults``) is set. The
+    one-line help is the one :data:`roundhouse.commands.COMMANDS` lists, so it is written once."""
+    parser = subparsers.add_parser(name, help=BY_NAME[name].help, description=description)
+    yield parser
+    add_endpoint_flags(parser)
+    parser.set_defaults(handler=handler, **defaults)
+
+
+def command_name(args: argparse.Namespace) -> str:
+    """``roundhouse CMD``, the prefix of every message a command prints about itself."""
+    return f"roundhouse {getattr(args, 'command', '') or ''}".rstrip()
+
+
+def ask_cluster(
+    args: argparse.Namespace, work: Callable[[Client], Awaitable[T]], *, nobody_answers: str,
+    too_slow: str | None = None,
+) -> T:  # fmt: skip
+    """:func:`with_client`, with the failures every command that asks the cluster reports alike turned
+    into :class:`CommandFailed` (``roundhouse CMD: ...``):
+
+    - nothing answers the request (``NoResponderError``): ``nobody_answers``, which says what the
+      command asked (e.g. which subject nothing serves); no answer in time (``TimeoutError``):
+      ``too_slow``, by default the same words; exit code 1;
+    - an error as the answer (``BusError``): ``the scheduler failed to answer: ...``; exit code 1;
+    - NATS cannot be reached (``OSError``): ``cannot reach NATS: ...``; exit code 1;
+    - a value the schemas reject (``ValidationError``): the field and why; exit code 2;
+    - Ctrl-C: exit code 130, without a traceback.
+
+    Failures particular to a command are ``work``'s to raise as :class:`CommandFailed` (which passes
+    through), or the caller's to catch (anything else passes through too)."""
+    from pydantic import ValidationError
+
+    from services.runtime.bus import BusError, NoResponderError
+
+    command = command_name(args)
+    try:
+        return with_client(args, work)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise CommandFailed(f"{command}: {error['loc'][-1]}: {error['msg']}", 2) from None
+    except NoResponderError:
+        raise CommandFailed(f"{command}: {nobody_answers}") from None
+    except TimeoutError:
+        raise CommandFailed(f"{command}: {too_slow or nobody_answers}") from None
+    except BusError as exc:
+        raise CommandFailed(f"{command}: the scheduler failed to answer: {exc}") from None
+    except OSError as exc:
+        raise CommandFailed(f"{command}: cannot reach NATS: {exc}") from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
 def with_client(args: argparse.Namespace, work: Callable[[Client], Awaitable[T]]) -> T:
     """Connect as the flags say, run ``work``, disconnect.
 
@@ -50,7 +111,7 @@ def with_client(args: argparse.Namespace, work: Callable[[Client], Awaitable[T]]
     from services.runtime.bus import AuthenticationError
 
     endpoint = resolve(args.nats, args.namespace, creds=getattr(args, "creds", None))
-    command = f"roundhouse {getattr(args, 'command', '') or ''}".rstrip()
+    command = command_name(args)
     # The bus logs each failed connection attempt (useful in a service's log); a command reports
     # the outcome once, in its own words.
     logging.getLogger("roundhouse.bus").setLevel(logging.ERROR)

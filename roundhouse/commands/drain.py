@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from typing import TYPE_CHECKING
 
-from roundhouse.commands.common import add_endpoint_flags
+from roundhouse.commands.common import cluster_command
 
 if TYPE_CHECKING:
     from roundhouse.client import Client
@@ -26,17 +25,13 @@ _REMOTE_PREFIX = re.compile(r"^\S+: [A-Za-z]+Error: ")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "drain", help="drain a node: no new work there (--now: preempt its jobs with checkpoints)",
-        description="Drain a node: the scheduler places no new work there; running jobs finish there unless "
-        "--now, which preempts them (each checkpoints, queues again and resumes elsewhere). Operators only; "
-        "`roundhouse undrain NODE` lifts it.",
-    )  # fmt: skip
-    parser.add_argument("node_id", metavar="NODE")
-    parser.add_argument("--now", action="store_true", help="also preempt its running jobs (they checkpoint first)")
-    parser.add_argument("--reason", help="why (shown by `roundhouse nodes`)")
-    add_endpoint_flags(parser)
-    parser.set_defaults(handler=run, drain=True)
+    description = ("Drain a node: the scheduler places no new work there; running jobs finish there unless "
+                   "--now, which preempts them (each checkpoints, queues again and resumes elsewhere). Operators "
+                   "only; `roundhouse undrain NODE` lifts it.")  # fmt: skip
+    with cluster_command(subparsers, "drain", run, description, drain=True) as parser:
+        parser.add_argument("node_id", metavar="NODE")
+        parser.add_argument("--now", action="store_true", help="also preempt its running jobs (they checkpoint first)")
+        parser.add_argument("--reason", help="why (shown by `roundhouse nodes`)")
 
 
 def describe(reply: DrainReply) -> str:
@@ -51,35 +46,25 @@ def describe(reply: DrainReply) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from roundhouse.commands.common import with_client
+    from roundhouse.commands.common import CommandFailed, ask_cluster, command_name
     from roundhouse.queries import DrainPermissionError, request_drain
-    from services.runtime.bus import BusError, NoResponderError, RemoteError
-
-    verb = "drain" if args.drain else "undrain"
+    from services.runtime.bus import RemoteError
 
     async def ask(client: Client) -> DrainReply:
-        return await request_drain(
-            client.bus, args.node_id, drain=args.drain, now=getattr(args, "now", False),
-            reason=getattr(args, "reason", None),
-        )  # fmt: skip
+        try:
+            return await request_drain(
+                client.bus, args.node_id, drain=args.drain, now=getattr(args, "now", False),
+                reason=getattr(args, "reason", None),
+            )  # fmt: skip
+        # Said in the scheduler's (or request_drain's) own words: a PermissionError would otherwise
+        # read as "cannot reach NATS", a RemoteError as "failed to answer".
+        except DrainPermissionError as exc:
+            raise CommandFailed(f"{command_name(args)}: {exc}") from None
+        except RemoteError as exc:  # refused: not an operator, no such node
+            raise CommandFailed(f"{command_name(args)}: {_REMOTE_PREFIX.sub('', str(exc))}") from None
 
-    try:
-        reply = with_client(args, ask)
-    except DrainPermissionError as exc:
-        print(f"roundhouse {verb}: {exc}", file=sys.stderr)
-        return 1
-    except (TimeoutError, NoResponderError):
-        print(f"roundhouse {verb}: no scheduler is leading (nothing answers operator.drain); is its service running?",
-              file=sys.stderr)  # fmt: skip
-        return 1
-    except RemoteError as exc:  # refused: not an operator, no such node
-        print(f"roundhouse {verb}: {_REMOTE_PREFIX.sub('', str(exc))}", file=sys.stderr)
-        return 1
-    except BusError as exc:
-        print(f"roundhouse {verb}: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"roundhouse {verb}: cannot reach NATS: {exc}", file=sys.stderr)
-        return 1
+    reply = ask_cluster(
+        args, ask, nobody_answers="no scheduler is leading (nothing answers operator.drain); is its service running?"
+    )
     print(describe(reply))
     return 0

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from roundhouse.commands.common import add_endpoint_flags
+from roundhouse.commands.common import cluster_command
 
 if TYPE_CHECKING:
     from roundhouse.client import Client
@@ -42,21 +42,18 @@ PAGE = 1000
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "history", help="export finished jobs as a trace CSV that `simulate --trace` replays",
-        description="Write the cluster's completed jobs (yours; an operator's: everyone's) in the simulator's "
-        "trace format, so `roundhouse simulate --trace FILE --format roundhouse` replays them under other "
-        "policies.",
-    )  # fmt: skip
-    parser.add_argument("--trace", type=Path, required=True, metavar="FILE", help="CSV to write ('-': stdout)")
-    parser.add_argument("--user", help="only this user's jobs")
-    parser.add_argument("--limit", type=int, default=100_000, help="at most this many jobs (the earliest submitted)")
-    parser.add_argument(
-        "--time-scale", type=float, default=1.0, metavar="X",
-        help="multiply every time by X (an emulated cluster's --speedup gives the trace's own seconds)",
-    )  # fmt: skip
-    add_endpoint_flags(parser)
-    parser.set_defaults(handler=run)
+    description = ("Write the cluster's completed jobs (yours; an operator's: everyone's) in the simulator's "
+                   "trace format, so `roundhouse simulate --trace FILE --format roundhouse` replays them under "
+                   "other policies.")  # fmt: skip
+    with cluster_command(subparsers, "history", run, description) as parser:
+        parser.add_argument("--trace", type=Path, required=True, metavar="FILE", help="CSV to write ('-': stdout)")
+        parser.add_argument("--user", help="only this user's jobs")
+        parser.add_argument("--limit", type=int, default=100_000,
+                            help="at most this many jobs (the earliest submitted)")  # fmt: skip
+        parser.add_argument(
+            "--time-scale", type=float, default=1.0, metavar="X",
+            help="multiply every time by X (an emulated cluster's --speedup gives the trace's own seconds)",
+        )  # fmt: skip
 
 
 def trace_rows(views: Iterable[JobView], time_scale: float = 1.0) -> list[dict[str, str]]:
@@ -115,8 +112,7 @@ async def finished_jobs(client: Client, user: str | None, limit: int) -> list[Jo
 
 
 def run(args: argparse.Namespace) -> int:
-    from roundhouse.commands.common import with_client
-    from services.runtime.bus import BusError, NoResponderError
+    from roundhouse.commands.common import ask_cluster
 
     if not args.time_scale > 0 or args.limit < 1:
         print("roundhouse history: --time-scale must be > 0 and --limit >= 1", file=sys.stderr)
@@ -125,20 +121,8 @@ def run(args: argparse.Namespace) -> int:
     async def ask(client: Client) -> list[JobView]:
         return await finished_jobs(client, args.user, args.limit)
 
-    try:
-        views = with_client(args, ask)
-    except TimeoutError:
-        print("roundhouse history: no answer from the scheduler; is its service running?", file=sys.stderr)
-        return 1
-    except NoResponderError:
-        print("roundhouse history: no scheduler is leading (nothing answers query.jobs)", file=sys.stderr)
-        return 1
-    except BusError as exc:
-        print(f"roundhouse history: the scheduler failed to answer: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"roundhouse history: cannot reach NATS: {exc}", file=sys.stderr)
-        return 1
+    views = ask_cluster(args, ask, nobody_answers="no scheduler is leading (nothing answers query.jobs)",
+                        too_slow="no answer from the scheduler; is its service running?")  # fmt: skip
     rows = trace_rows(views, args.time_scale)
     if not rows:
         print("roundhouse history: no completed jobs to export", file=sys.stderr)

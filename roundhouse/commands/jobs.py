@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from roundhouse.commands.common import add_endpoint_flags
+from roundhouse.commands.common import cluster_command
 from roundhouse.commands.statuses import FINAL, UnknownStatusError, parse_statuses, valid_words
 
 if TYPE_CHECKING:
@@ -39,24 +39,22 @@ def _status_word(word: str) -> list[str]:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "jobs", help="list jobs (a table, or --json)",
-        description="List jobs, in queue order unless --sort says otherwise: queued jobs in the scheduler's "
-        "order (its last round's ranking under the policy in force; jobs that arrived since, by submission), "
-        "then held jobs, running jobs (earliest start first) and finished ones (earliest finish first).",
-    )  # fmt: skip
-    parser.add_argument("job_ids", nargs="*", metavar="ID", help="only these jobs")
-    parser.add_argument("--all", action="store_true", help="include finished jobs")
-    parser.add_argument("--user", help="only this user's jobs")
-    parser.add_argument(
-        "--status", action="append", default=[], type=_status_word, metavar="STATUS",
-        help=f"only jobs in this status (repeatable, or comma-separated): {valid_words()}",
-    )  # fmt: skip
-    parser.add_argument("--sort", choices=SORTS, default="queue", help="queue (default), id or submitted")
-    parser.add_argument("--limit", type=int, default=1000)
-    parser.add_argument("--json", action="store_true", help="print JSON: {\"jobs\": [...], \"truncated\": bool}")
-    add_endpoint_flags(parser)
-    parser.set_defaults(handler=run)
+    description = ("List jobs, in queue order unless --sort says otherwise: queued jobs in the scheduler's "
+                   "order (its last round's ranking under the policy in force; jobs that arrived since, by "
+                   "submission), then held jobs, running jobs (earliest start first) and finished ones (earliest "
+                   "finish first).")  # fmt: skip
+    with cluster_command(subparsers, "jobs", run, description) as parser:
+        parser.add_argument("job_ids", nargs="*", metavar="ID", help="only these jobs")
+        parser.add_argument("--all", action="store_true", help="include finished jobs")
+        parser.add_argument("--user", help="only this user's jobs")
+        parser.add_argument(
+            "--status", action="append", default=[], type=_status_word, metavar="STATUS",
+            help=f"only jobs in this status (repeatable, or comma-separated): {valid_words()}",
+        )  # fmt: skip
+        parser.add_argument("--sort", choices=SORTS, default="queue", help="queue (default), id or submitted")
+        parser.add_argument("--limit", type=int, default=1000)
+        parser.add_argument("--json", action="store_true",
+                            help="print JSON: {\"jobs\": [...], \"truncated\": bool}")  # fmt: skip
 
 
 def _age(ts: float | None, now: float) -> str:
@@ -169,9 +167,8 @@ def format_table(jobs: list[JobView], now: float) -> str:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from roundhouse.commands.common import with_client
+    from roundhouse.commands.common import ask_cluster
     from schemas.control import JobsQuery
-    from services.runtime.bus import BusError, NoResponderError
 
     statuses = [s for words in args.status for s in words]
 
@@ -180,21 +177,10 @@ def run(args: argparse.Namespace) -> int:
                           user=args.user, include_finished=args.all or bool(args.job_ids), limit=args.limit)
         return await client.jobs(query)
 
-    try:
-        reply = with_client(args, ask)
-    except TimeoutError:
-        print("roundhouse jobs: no answer from the scheduler; is its service running?", file=sys.stderr)
-        return 1
-    except NoResponderError:
-        print("roundhouse jobs: no scheduler is leading (nothing answers query.jobs); is its service running?",
-              file=sys.stderr)
-        return 1
-    except BusError as exc:  # the scheduler answered with an error (e.g. it stopped leading meanwhile)
-        print(f"roundhouse jobs: the scheduler failed to answer: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"roundhouse jobs: cannot reach NATS: {exc}", file=sys.stderr)
-        return 1
+    reply = ask_cluster(
+        args, ask, nobody_answers="no scheduler is leading (nothing answers query.jobs); is its service running?",
+        too_slow="no answer from the scheduler; is its service running?",
+    )  # fmt: skip
     jobs = ordered(reply.jobs, args.sort)
     if args.json:
         out: dict[str, object] = {"jobs": [j.model_dump(mode="json") for j in jobs], "truncated": reply.truncated}

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
-from roundhouse.commands.common import add_endpoint_flags
+from roundhouse.commands.common import cluster_command
 from roundhouse.commands.statuses import FINAL
 
 if TYPE_CHECKING:
@@ -38,17 +38,13 @@ class LogsError(Exception):
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "logs", help="print a job's output (all runs and ranks; -f follows)",
-        description="Print a job's output, fetched from the nodes that ran it: every run in order, rank 0 first. "
-        "Only the job's owner or an operator may read it.",
-    )  # fmt: skip
-    parser.add_argument("job_id", metavar="JOB")
-    parser.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the job ends")
-    parser.add_argument("--rank", type=int, metavar="N", help="only this global rank (default: all ranks)")
-    parser.add_argument("--run", type=int, metavar="K", help="only run K (1-based; -1: the latest; default: all)")
-    add_endpoint_flags(parser)
-    parser.set_defaults(handler=run)
+    description = ("Print a job's output, fetched from the nodes that ran it: every run in order, rank 0 first. "
+                   "Only the job's owner or an operator may read it.")  # fmt: skip
+    with cluster_command(subparsers, "logs", run, description) as parser:
+        parser.add_argument("job_id", metavar="JOB")
+        parser.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the job ends")
+        parser.add_argument("--rank", type=int, metavar="N", help="only this global rank (default: all ranks)")
+        parser.add_argument("--run", type=int, metavar="K", help="only run K (1-based; -1: the latest; default: all)")
 
 
 # --- what to show ---------------------------------------------------------------------------------
@@ -215,30 +211,13 @@ async def follow(reader: Reader, args: argparse.Namespace, chosen: list[tuple[in
 
 
 def run(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from roundhouse.commands.common import with_client
-    from services.runtime.bus import BusError, NoResponderError
+    from roundhouse.commands.common import ask_cluster
 
     async def work(client: Client) -> int:
         return await show(client, args, sys.stdout, sys.stderr)
 
     try:
-        return with_client(args, work)
+        return ask_cluster(args, work, nobody_answers="no scheduler answered (is one running and leading?)")
     except LogsError as exc:
         print(f"roundhouse logs: {exc}", file=sys.stderr)
         return 1
-    except ValidationError as exc:
-        print(f"roundhouse logs: {exc.errors()[0]['loc'][-1]}: {exc.errors()[0]['msg']}", file=sys.stderr)
-        return 2
-    except (NoResponderError, TimeoutError):
-        print("roundhouse logs: no scheduler answered (is one running and leading?)", file=sys.stderr)
-        return 1
-    except BusError as exc:
-        print(f"roundhouse logs: the scheduler failed to answer: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"roundhouse logs: cannot reach NATS: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130

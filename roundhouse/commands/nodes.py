@@ -15,7 +15,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from roundhouse.commands.common import add_endpoint_flags
+from roundhouse.commands.common import cluster_command
 
 if TYPE_CHECKING:
     from roundhouse.client import Client
@@ -25,15 +25,11 @@ HEADER = ("NODE", "STATE", "GPUS", "USED", "FREE", "TYPE", "HEARTBEAT", "JOBS", 
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "nodes", help="list nodes: GPUs, jobs, liveness, drains (a table, or --json)",
-        description="List the nodes the scheduler knows: state (idle, mixed, allocated, draining, drained, silent, "
-        "down), GPUs total, used and free, the jobs on each, the age of its last heartbeat, and drains.",
-    )  # fmt: skip
-    parser.add_argument("node_ids", nargs="*", metavar="NODE", help="only these nodes")
-    parser.add_argument("--json", action="store_true", help='print JSON: {"nodes": [...], "epoch": N, ...}')
-    add_endpoint_flags(parser)
-    parser.set_defaults(handler=run)
+    description = ("List the nodes the scheduler knows: state (idle, mixed, allocated, draining, drained, silent, "
+                   "down), GPUs total, used and free, the jobs on each, the age of its last heartbeat, and drains.")
+    with cluster_command(subparsers, "nodes", run, description) as parser:
+        parser.add_argument("node_ids", nargs="*", metavar="NODE", help="only these nodes")
+        parser.add_argument("--json", action="store_true", help='print JSON: {"nodes": [...], "epoch": N, ...}')
 
 
 def _ago(seconds: float | None) -> str:
@@ -76,25 +72,15 @@ def format_table(views: list[NodeView], now: float) -> str:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from roundhouse.commands.common import with_client
+    from roundhouse.commands.common import ask_cluster
     from roundhouse.queries import fetch_nodes
-    from services.runtime.bus import BusError, NoResponderError
 
     async def ask(client: Client) -> NodesReply:
         return await fetch_nodes(client.bus, node_ids=args.node_ids)
 
-    try:
-        reply = with_client(args, ask)
-    except (TimeoutError, NoResponderError):
-        print("roundhouse nodes: no scheduler is leading (nothing answers query.nodes); is its service running?",
-              file=sys.stderr)  # fmt: skip
-        return 1
-    except BusError as exc:
-        print(f"roundhouse nodes: the scheduler failed to answer: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"roundhouse nodes: cannot reach NATS: {exc}", file=sys.stderr)
-        return 1
+    reply = ask_cluster(
+        args, ask, nobody_answers="no scheduler is leading (nothing answers query.nodes); is its service running?"
+    )
     if args.json:
         print(json.dumps(reply.model_dump(mode="json")))
     else:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TYPE_CHECKING
 
-from roundhouse.commands.common import add_endpoint_flags
+from roundhouse.commands.common import cluster_command
 
 if TYPE_CHECKING:
     from roundhouse.client import Client
@@ -23,14 +22,10 @@ _PHASES = ("snapshot", "rank", "encode", "publish", "placement", "apply", "grant
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "status", help="the leader, services, policies, round timings and queue depth (or --json)",
-        description="Show the scheduler leader and its epoch, each service's instances with the policy and options "
-        "they run, the last round's phase timings, the queue's depth, and nodes and GPUs.",
-    )  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="print the scheduler's StatusReply as JSON")
-    add_endpoint_flags(parser)
-    parser.set_defaults(handler=run)
+    description = ("Show the scheduler leader and its epoch, each service's instances with the policy and options "
+                   "they run, the last round's phase timings, the queue's depth, and nodes and GPUs.")
+    with cluster_command(subparsers, "status", run, description) as parser:
+        parser.add_argument("--json", action="store_true", help="print the scheduler's StatusReply as JSON")
 
 
 def _uptime(seconds: float | None) -> str:
@@ -70,24 +65,14 @@ def format_status(reply: StatusReply) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from roundhouse.commands.common import with_client
+    from roundhouse.commands.common import ask_cluster
     from roundhouse.queries import fetch_status
-    from services.runtime.bus import BusError, NoResponderError
 
     async def ask(client: Client) -> StatusReply:
         return await fetch_status(client.bus)
 
-    try:
-        reply = with_client(args, ask)
-    except (TimeoutError, NoResponderError):
-        print("roundhouse status: no scheduler is leading (nothing answers query.status); is its service running?",
-              file=sys.stderr)  # fmt: skip
-        return 1
-    except BusError as exc:
-        print(f"roundhouse status: the scheduler failed to answer: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"roundhouse status: cannot reach NATS: {exc}", file=sys.stderr)
-        return 1
+    reply = ask_cluster(
+        args, ask, nobody_answers="no scheduler is leading (nothing answers query.status); is its service running?"
+    )
     print(json.dumps(reply.model_dump(mode="json")) if args.json else format_status(reply))
     return 0
