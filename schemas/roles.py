@@ -201,6 +201,7 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             "{ns}job.held",
             "{ns}job.rejected",
             "{ns}query.admission",
+            "{ns}query.nodes.{id}",  # the operators' drains, kept current (services/admission/drains.py)
             *_CONSUME_STREAM,
             *_PROVISION_STREAM,
             *_DEAD_LETTERS,
@@ -209,7 +210,8 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
         ),
         subscribe=("{ns}node.heartbeat.*", _SERVICES_API, _stats_endpoint(Role.ADMISSION)),
         allow_responses=True,
-        why="Reads submissions from the stream and publishes verdicts; asks the scheduler what it starts from.",
+        why="Reads submissions from the stream and publishes verdicts; asks the scheduler what it starts from "
+        "and which nodes operators drained.",
     ),
     Role.PLACEMENT: Permissions(
         publish=("{ns}placement.plan", *_self_ping(Role.PLACEMENT)),
