@@ -13,6 +13,13 @@ from the event's ``ts``: admission starts from the live nodes the scheduler know
 heartbeat; registrations are followed from there. A draining node keeps its running jobs but
 offers no free GPU (its free GPUs are held by the marker job :data:`UNAVAILABLE`).
 
+A node drains when its agent says it is leaving (``agent_draining``, each heartbeat's ``draining``)
+or an operator drained it (``operator_drained``), as in the scheduler's inventory; ``draining`` is
+their OR. A heartbeat says nothing of operator drains, so it sets only the agent's part; the
+operator's part comes from the scheduler (``query.admission`` at the start, then ``query.nodes``
+every ``drain_refresh_s``: ``services.admission.drains``) and outlives a re-registration, as the
+scheduler keeps it.
+
 Admission's view of the nodes (it needs the cluster's GPU total). Placement keeps none: each round
 carries its nodes (``schemas.rounds``).
 """
@@ -20,6 +27,7 @@ carries its nodes (``schemas.rounds``).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from schemas.nodes import NodeHeartbeat, NodeRegister
@@ -35,7 +43,15 @@ class NodeRecord:
     register: NodeRegister
     last_heard: float
     """Monotonic time of the last registration or heartbeat of this incarnation."""
-    draining: bool = False
+    agent_draining: bool = False
+    """Its agent says it is leaving (the last heartbeat's ``draining``)."""
+    operator_drained: bool = False
+    """An operator drained it (the scheduler's ``drained_by``; module doc)."""
+
+    @property
+    def draining(self) -> bool:
+        """Takes no new work because it drains: its agent is leaving, or an operator drained it."""
+        return self.agent_draining or self.operator_drained
 
     @property
     def incarnation(self) -> uuid.UUID:
@@ -86,12 +102,16 @@ class Inventory:
         self.version = 0
 
     # --- facts ------------------------------------------------------------------------------
-    def on_register(self, reg: NodeRegister, now: float, *, draining: bool = False) -> bool:
+    def on_register(self, reg: NodeRegister, now: float, *, draining: bool | None = None) -> bool:
         """Record a registration; returns True when it is a new node or a new incarnation (the
         node's previous processes, and so its leases, are gone). ``draining``: what the scheduler
-        knew of a node admission starts from (a registration itself says nothing about it)."""
+        knew of a node admission starts from, taken as an operator's drain until the next refresh
+        says otherwise (``query.admission`` does not tell the two apart); None (a registration,
+        which says nothing about it) keeps the operator's drain the node had."""
         old = self.nodes.get(reg.node_id)
-        self.nodes[reg.node_id] = NodeRecord(reg, now, draining)
+        if draining is None:
+            draining = old is not None and old.operator_drained
+        self.nodes[reg.node_id] = NodeRecord(reg, now, operator_drained=draining)
         self._live.add(reg.node_id)
         self.version += 1
         return old is None or old.incarnation != reg.incarnation
@@ -109,12 +129,29 @@ class Inventory:
         if hb.node_id not in self._live:
             self._live.add(hb.node_id)
             changed = True
-        if record.draining != hb.draining:
-            record.draining = hb.draining
-            changed = True
+        if record.agent_draining != hb.draining:
+            was = record.draining
+            record.agent_draining = hb.draining
+            changed = changed or record.draining != was
         if changed:
             self.version += 1
         return changed
+
+    def set_operator_drains(self, drained: Mapping[str, bool]) -> list[str]:
+        """Apply the scheduler's operator drains (node id -> drained; nodes it did not name keep
+        theirs); returns the nodes whose ``draining`` changed, sorted."""
+        changed: list[str] = []
+        for node_id, flag in drained.items():
+            record = self.nodes.get(node_id)
+            if record is None or record.operator_drained == flag:
+                continue
+            was = record.draining
+            record.operator_drained = flag
+            if record.draining != was:
+                changed.append(node_id)
+        if changed:
+            self.version += 1
+        return sorted(changed)
 
     def sweep(self, now: float) -> list[str]:
         """Mark nodes silent for longer than ``lease_ttl_s`` dead; returns the ones that just died."""

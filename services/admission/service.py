@@ -13,7 +13,9 @@
   the validation message (field and rule), so the submitter learns why; it is dead-lettered either
   way, and nothing else is disturbed (docs/control-plane.md, Durable consumers).
 * The policy sees the admitted, unfinished jobs (``ledger.py``) and a ``ClusterState`` of the live
-  nodes (``services.admission.inventory``); heartbeats (core NATS) keep nodes live.
+  nodes (``services.admission.inventory``); heartbeats (core NATS) keep nodes live. Operators'
+  drains are asked of the scheduler leader every ``drain_refresh_s`` (``drains.py``: heartbeats
+  carry only the agent's own ``draining``).
 
 Start: from the store, not by replaying the stream (DESIGN, Trust and failure). Admission reads
 the stream's last sequence ``P`` and asks the leading scheduler (``query.admission``, retried with
@@ -77,6 +79,7 @@ from schemas.subjects import (
     NODE_REGISTER,
     QUERY_ADMISSION,
 )
+from services.admission.drains import DrainRefresher
 from services.admission.inventory import Inventory
 from services.admission.ledger import Ledger
 from services.admission.outbox import VerdictOutbox
@@ -160,6 +163,10 @@ class AdmissionConfig(ServiceConfig):
         default=5.0, gt=0, le=600, description="Longest pause between start queries while no scheduler leads."
     )
     start_page: int = Field(default=1000, ge=1, le=10_000, description="Jobs asked for per query.admission page.")
+    drain_refresh_s: float = Field(
+        default=10.0, gt=0, le=86_400,
+        description="How often the operators' node drains are asked of the scheduler leader (query.nodes).",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _policy_builds(self) -> AdmissionConfig:
@@ -202,6 +209,8 @@ class AdmissionService(RoundhouseService):
         self._subs: list[Subscription] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = False
+        self.drains: DrainRefresher | None = None
+        """Keeps the operators' drains current once started (``drains.py``)."""
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self, bus: Bus) -> None:
@@ -258,6 +267,12 @@ class AdmissionService(RoundhouseService):
         )  # fmt: skip
         self._tasks.append(asyncio.create_task(self._sweep(), name="admission-sweep"))
         self._tasks.append(asyncio.create_task(self._reoffer_loop(), name="admission-reoffer"))
+        if self.drains is None:  # once: a start again (after a failed one) keeps the running loop
+            self.drains = DrainRefresher(
+                bus, lambda: self.inventory, interval_s=self.settings.drain_refresh_s,
+                timeout_s=self.settings.start_timeout_s, on_change=self._on_drains_changed,
+            )  # fmt: skip
+            self._tasks.append(asyncio.create_task(self.drains.run(), name="admission-drains"))
         self.start_stats["seconds"] = time.perf_counter() - began
         log.info(
             "admission started from the store in %.0f ms (stream sequence %d): %d admitted, %d held, %d GPUs",
@@ -368,6 +383,10 @@ class AdmissionService(RoundhouseService):
 
     async def _on_heartbeat(self, event: NodeHeartbeat) -> None:
         if self.inventory.on_heartbeat(event, time.monotonic()) and self.ledger.held:
+            self._reoffer.set()
+
+    def _on_drains_changed(self, nodes: list[str]) -> None:
+        if self.ledger.held:
             self._reoffer.set()
 
     async def _sweep(self) -> None:

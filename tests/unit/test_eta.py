@@ -375,3 +375,14 @@ def test_a_rounds_unavailable_marker_is_withheld_in_the_snapshot() -> None:
     request = prepare(jobs, state, NOW, settings())
     assert request.snapshot.withheld == frozenset({1})
     assert predict(request).etas["b"].start == pytest.approx(NOW + 1000, abs=1.0)
+
+
+def test_a_marked_nodes_running_jobs_gpus_are_withheld_too() -> None:
+    """The marker holds a drained node's free GPUs only; the GPU its job runs on stays closed after."""
+    jobs = jobs_of(running("a", 0, duration=1000, executed=0, seq=1), running("x", 1, duration=1000, executed=0, seq=2),
+                   running("c", 2, duration=200, executed=0, seq=3), waiting("b", duration=500, seq=4))  # fmt: skip
+    state = cluster(nodes=2, per_node=2, running=[jobs["a"], jobs["x"], jobs["c"]])
+    state.assign(UNAVAILABLE, (3,))
+    request = prepare(jobs, state, NOW, settings())
+    assert request.snapshot.withheld == frozenset({2, 3})
+    assert predict(request).etas["b"].start == pytest.approx(NOW + 1000, abs=1.0)

@@ -199,8 +199,8 @@ def take_snapshot(
     withheld: Iterable[int] = (),
 ) -> Snapshot:
     """Copy ``jobs`` (admitted, unfinished: running and waiting), ``held`` (not admitted yet) and
-    the cluster's shape. The withheld GPUs are ``withheld`` and those the cluster holds with the
-    ``UNAVAILABLE`` marker (a round's cluster: module doc). Reads its inputs only. Raises
+    the cluster's shape. The withheld GPUs are ``withheld`` and every GPU of a node where the
+    cluster holds one with the ``UNAVAILABLE`` marker (a round's cluster: module doc). Reads its inputs only. Raises
     :class:`MissingDurationError` for live jobs without ``spec.expected_duration_s`` (all of them
     named), unless ``durations`` gives them one (a caller's estimate, e.g. the ETA's fallback:
     ``services.scheduler.eta``)."""
@@ -229,7 +229,9 @@ def take_snapshot(
     forward = tuple(
         _forward_job(job, index, status, now, durations) for index, (_, _, _, job, status) in enumerate(entries)
     )
-    marked = (g for g, holders in enumerate(cluster.gpu_jobs) if UNAVAILABLE in holders)
+    # The marker holds only what was free of a withheld node; its jobs' GPUs are withheld too.
+    closed = {cluster.node_of(g) for g, holders in enumerate(cluster.gpu_jobs) if UNAVAILABLE in holders}
+    marked = (g.gpu_id for g in cluster.gpus if g.node_id in closed)
     return Snapshot(
         now=now, jobs=forward, nodes=tuple(cluster.nodes.values()), gpus=tuple(cluster.gpus),
         withheld=frozenset((*withheld, *marked)),
