@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -27,6 +28,7 @@ from services.placement.service import PlacementConfig, PlacementService
 from services.runtime.broker import Broker
 from services.runtime.bus import Bus, BusOptions
 from services.runtime.consumer import ConsumerOptions
+from services.runtime.store.engine import DB_FILENAME
 from services.scheduler.config import SchedulerConfig
 from services.scheduler.service import SchedulerService
 from tests.helpers import eventually
@@ -53,9 +55,10 @@ class LiveParts:
         self.broker = broker
         self.tmp = tmp
         self.namespace = f"lp{uuid.uuid4().hex[:12]}"
-        self.db = tmp / "scheduler.db"
+        self.db = tmp / "scheduler.db"  # a data directory: the SQLite file is in it
         self.buses: list[Bus] = []
         self.schedulers: list[SchedulerService] = []
+        self.schedulers_started = 0  # names each replica anew: one started after a crash is not the dead one
         self.placements: list[PlacementService] = []
         self.admission: AdmissionService | None = None
         self.workers: dict[str, WorkerProcess] = {}
@@ -72,18 +75,34 @@ class LiveParts:
         self.facts = await collect(watcher)
         self.client = Client(await self.connect("client"), identity="alice")
 
-    async def start_scheduler(self, **settings: Any) -> SchedulerService:
+    async def start_scheduler(self, db: Path | None = None, **settings: Any) -> SchedulerService:
+        """A replica on the shared store (``db``: another data directory, e.g. a copy taken by
+        :meth:`back_up_store`)."""
         config = SchedulerConfig(
             nats=self.broker.url,
             namespace=self.namespace,
-            db=str(self.db),
-            instance=f"sched-{len(self.schedulers)}",
+            db=str(db or self.db),
+            instance=f"sched-{self.schedulers_started}",
             **{**SCHEDULER_DEFAULTS, **settings},
         )
+        self.schedulers_started += 1
         service = SchedulerService(config, consumer_options=FAST)
         await service.start(await self.connect(config.instance or "sched"))
         self.schedulers.append(service)
         return service
+
+    def back_up_store(self, name: str) -> Path:
+        """A consistent copy of the store as it is now (SQLite's online backup), to start a replica on
+        later: the store "restored from last night's backup"."""
+        copy = self.tmp / name
+        copy.mkdir()
+        source, target = sqlite3.connect(self.db / DB_FILENAME), sqlite3.connect(copy / DB_FILENAME)
+        try:
+            source.backup(target)
+        finally:
+            source.close()
+            target.close()
+        return copy
 
     async def crash_scheduler(self, service: SchedulerService) -> None:
         """Stop a replica as if its process died: no resignation, its connection gone."""
