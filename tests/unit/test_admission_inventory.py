@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 from schemas.nodes import GpuInventory, NodeHeartbeat, NodeRegister
+from schemas.roles import Role
 from services.admission.inventory import Inventory
 from services.core.state import UNAVAILABLE
 
@@ -65,3 +66,14 @@ def test_an_operator_drain_outlives_a_new_incarnation() -> None:
     assert inventory.nodes["n0"].operator_drained
     cluster, _ = inventory.build_cluster()
     assert all(jobs == (UNAVAILABLE,) for jobs in cluster.gpu_jobs)
+
+
+def test_admission_may_ask_query_nodes_on_its_own_token_only() -> None:
+    """The drain refresh (services/admission/drains.py) asks as its identity, named after the role."""
+    from services.admission.drains import REQUESTER
+    from tests.unit.test_roles import may_publish
+
+    assert Role.ADMISSION.value == REQUESTER
+    assert may_publish(Role.ADMISSION, REQUESTER, "query.nodes.admission")
+    assert not may_publish(Role.ADMISSION, REQUESTER, "query.nodes.alice")
+    assert not may_publish(Role.ADMISSION, REQUESTER, "operator.drain.admission")
