@@ -83,7 +83,11 @@ class DrainRefresher:
     async def run(self) -> None:
         """Refresh now, then every ``interval_s``, until cancelled."""
         while True:
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception:  # a bug must not end the refreshes for good
+                self.failures += 1
+                log.exception("refreshing the operators' node drains failed; trying again in %.0f s", self.interval_s)
             await asyncio.sleep(self.interval_s)
 
 
