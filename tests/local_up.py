@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
 from roundhouse.cli import main
+from roundhouse.endpoint import DEFAULT_STATE_DIR
 from roundhouse.local import LocalCluster, LocalClusterConfig
 
 
@@ -30,3 +32,20 @@ def cli_where_up_ran(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, *ar
     monkeypatch.delenv("ROUNDHOUSE_NATS", raising=False)
     monkeypatch.delenv("ROUNDHOUSE_CREDS", raising=False)
     return main(list(args))
+
+
+def up_for_module(tmp_path_factory: pytest.TempPathFactory, **config: Any) -> Iterator[LocalCluster]:
+    """A module fixture's ``roundhouse up`` (``yield from up_for_module(...)``): ``config``'s
+    :class:`LocalClusterConfig` fields, the state in a fresh directory's ./.roundhouse, where
+    :func:`cli_where_up_ran` finds it."""
+    state_dir = tmp_path_factory.mktemp("up") / DEFAULT_STATE_DIR
+    with local_up(LocalClusterConfig(state_dir=state_dir, **config)) as running:
+        yield running
+
+
+METRICS_UP: dict[str, Any] = {
+    "workers": 2, "gpus_per_worker": 2, "round_s": 1.0, "emulate": True, "speedup": 10.0, "user": "alice",
+    "extra_args": {"worker": ["--metrics-s", "0.2"]},
+}  # fmt: skip
+"""Two emulating workers of two GPUs that sample GPU metrics every 0.2 s: a cluster whose ``/metrics``
+follow a job within a second or so."""

@@ -30,10 +30,9 @@ from typing import Any
 import pytest
 import yaml
 
-from roundhouse.endpoint import DEFAULT_STATE_DIR
-from roundhouse.local import LocalCluster, LocalClusterConfig
+from roundhouse.local import LocalCluster
 from tests.deploy.conftest import DEPLOY
-from tests.local_up import local_up
+from tests.local_up import METRICS_UP, up_for_module
 
 SCRAPE_FILE = DEPLOY / "grafana" / "prometheus.yml"
 READY_S = 60.0
@@ -53,13 +52,7 @@ def test_promtool_accepts_the_shipped_configuration() -> None:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    root = tmp_path_factory.mktemp("up-scrape")
-    config = LocalClusterConfig(
-        state_dir=root / DEFAULT_STATE_DIR, workers=2, gpus_per_worker=2, round_s=1.0, emulate=True, speedup=10.0,
-        user="alice", extra_args={"worker": ["--metrics-s", "0.2"]},
-    )  # fmt: skip
-    with local_up(config) as running:
-        yield running
+    yield from up_for_module(tmp_path_factory, **METRICS_UP)
 
 
 def targets_of(urls: dict[str, str], job: str) -> list[str]:

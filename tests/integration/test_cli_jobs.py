@@ -10,37 +10,30 @@ finished job is an error with the reason.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
-from roundhouse.endpoint import DEFAULT_STATE_DIR
-from roundhouse.local import LocalCluster, LocalClusterConfig
-from tests.local_up import cli_where_up_ran, local_up
+from roundhouse.local import LocalCluster
+from tests.cli_helpers import Job, all_final, by_id, jobs_json, wait_for_jobs
+from tests.local_up import cli_where_up_ran, up_for_module
 
 FAILS = (
     "import sys; print('loading data'); "
     "sys.stderr.write('Traceback (most recent call last):\\nValueError: learning rate must be positive\\n'); "
     "sys.exit(3)"
 )
-FINAL = frozenset({"completed", "failed", "cancelled"})
 KILLED = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    root = tmp_path_factory.mktemp("up")
-    config = LocalClusterConfig(
-        state_dir=root / DEFAULT_STATE_DIR, workers=1, gpus_per_worker=2, round_s=0.5, user="alice",
+    yield from up_for_module(
+        tmp_path_factory, workers=1, gpus_per_worker=2, round_s=0.5, user="alice",
         scheduler="fifo", log_level="INFO",
     )  # fmt: skip
-    with local_up(config) as running:
-        yield running
 
 
 cli = cli_where_up_ran
@@ -52,30 +45,10 @@ def submit(
     assert cli(cluster, monkeypatch, "submit", "--gpus", str(gpus), "--id", job_id, "--", *command) == 0
 
 
-def jobs_json(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> list[dict[str, Any]]:
-    capsys.readouterr()
-    assert cli(cluster, monkeypatch, "jobs", "--json", *args) == 0, capsys.readouterr().err
-    jobs: list[dict[str, Any]] = json.loads(capsys.readouterr().out)["jobs"]
-    return jobs
-
-
 def wait_final(
-    cluster: LocalCluster,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    job_ids: list[str],
-    timeout_s: float = 60.0,
-) -> dict[str, dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        jobs = {j["job_id"]: j for j in jobs_json(cluster, monkeypatch, capsys, *job_ids)}
-        if len(jobs) == len(job_ids) and all(j["status"] in FINAL for j in jobs.values()):
-            return jobs
-        assert time.monotonic() < deadline, jobs
-        cluster.check()
-        time.sleep(0.3)
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], job_ids: list[str]
+) -> dict[str, Job]:
+    return by_id(wait_for_jobs(cluster, monkeypatch, capsys, all_final(job_ids), *job_ids, timeout_s=60.0))
 
 
 def test_failed_jobs_say_why(
@@ -109,38 +82,18 @@ def test_failed_jobs_say_why(
     assert f"exit code 3 on {node}: ValueError: learning rate must be positive" in line, table
 
 
-def wait_until(
-    cluster: LocalCluster,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    *,
-    args: tuple[str, ...],
-    done: Callable[[list[dict[str, Any]]], bool],
-    timeout_s: float = 30.0,
-) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        jobs = jobs_json(cluster, monkeypatch, capsys, *args)
-        if done(jobs):
-            return jobs
-        assert time.monotonic() < deadline, jobs
-        cluster.check()
-        time.sleep(0.3)
-
-
 def test_jobs_lists_the_queue_in_order_with_start_runtime_and_gpu_hours(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     sleep = (sys.executable, "-c", "import time; time.sleep(120)")
     submit(cluster, monkeypatch, "blocker-1", *sleep, gpus=2)
-    wait_until(cluster, monkeypatch, capsys, args=("blocker-1",), done=lambda js: js[0]["status"] == "running")
+    wait_for_jobs(cluster, monkeypatch, capsys, lambda js: js[0]["status"] == "running", "blocker-1")
     # Submitted in this order, so that the queue's order (fifo: arrival) is not the ids' order.
     for job_id in ("zeta-1", "alpha-1", "mid-1"):
         submit(cluster, monkeypatch, job_id, *sleep)
-    jobs = wait_until(
-        cluster, monkeypatch, capsys, args=(),
-        done=lambda js: sum(1 for j in js if j["queue_position"] is not None) == 3,
-    )  # fmt: skip
+    jobs = wait_for_jobs(
+        cluster, monkeypatch, capsys, lambda js: sum(1 for j in js if j["queue_position"] is not None) == 3
+    )
     assert [j["job_id"] for j in jobs] == ["zeta-1", "alpha-1", "mid-1", "blocker-1"]
     assert [j["queue_position"] for j in jobs] == [1, 2, 3, None]
     running = jobs[-1]

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from roundhouse.endpoint import DEFAULT_STATE_DIR
-from roundhouse.local import LocalCluster, LocalClusterConfig
-from tests.local_up import cli_where_up_ran, local_up
+from roundhouse.local import LocalCluster
+from tests.cli_helpers import jobs_json, run_cli
+from tests.local_up import up_for_module
 
 JOBS = Path(__file__).resolve().parents[1] / "e2e" / "jobs"
 RESUMING_JOB = f"""
@@ -50,22 +50,10 @@ job.close()
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    root = tmp_path_factory.mktemp("up")
-    config = LocalClusterConfig(
-        state_dir=root / DEFAULT_STATE_DIR, workers=2, gpus_per_worker=1, round_s=0.5, user="alice",
+    yield from up_for_module(
+        tmp_path_factory, workers=2, gpus_per_worker=1, round_s=0.5, user="alice",
         scheduler="fifo", log_level="INFO",
     )  # fmt: skip
-    with local_up(config) as running:
-        yield running
-
-
-def run_cli(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = cli_where_up_ran(cluster, monkeypatch, *args)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def as_operator(cluster: LocalCluster) -> tuple[str, str]:
@@ -96,9 +84,7 @@ def job_json(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, capsys: pyt
              job_id: str) -> dict[str, Any] | None:  # fmt: skip
     """The job as `jobs --json` shows it; None while the scheduler has not applied its arrival yet
     (`submit` returns once the stream stored it, before the scheduler consumed it)."""
-    code, out, err = run_cli(cluster, monkeypatch, capsys, "jobs", "--json", job_id)
-    assert code == 0, err
-    jobs: list[dict[str, Any]] = json.loads(out)["jobs"]
+    jobs = jobs_json(cluster, monkeypatch, capsys, job_id)
     assert len(jobs) <= 1, jobs
     return jobs[0] if jobs else None
 

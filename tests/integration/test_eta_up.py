@@ -8,16 +8,14 @@ finished jobs have none. The worker emulates jobs 10x faster than their `expecte
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
-from roundhouse.endpoint import DEFAULT_STATE_DIR
-from roundhouse.local import LocalCluster, LocalClusterConfig
-from tests.local_up import cli_where_up_ran, local_up
+from roundhouse.local import LocalCluster
+from tests.cli_helpers import Job, by_id, wait_for_jobs
+from tests.local_up import cli_where_up_ran, up_for_module
 
 SPEEDUP = 10.0
 LONG_S = 300.0
@@ -26,39 +24,19 @@ LONG_S = 300.0
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    root = tmp_path_factory.mktemp("up")
-    config = LocalClusterConfig(
-        state_dir=root / DEFAULT_STATE_DIR, workers=1, gpus_per_worker=1, round_s=5.0, user="alice",
+    yield from up_for_module(
+        tmp_path_factory, workers=1, gpus_per_worker=1, round_s=5.0, user="alice",
         scheduler="fifo", emulate=True, speedup=SPEEDUP, log_level="INFO", metrics=False,
         extra_args={"scheduler": ["--eta-interval-s", "0.2"]},
     )  # fmt: skip
-    with local_up(config) as running:
-        yield running
-
-
-def jobs_json(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-              *args: str) -> dict[str, dict[str, Any]]:  # fmt: skip
-    capsys.readouterr()
-    assert cli_where_up_ran(cluster, monkeypatch, "jobs", "--json", *args) == 0, capsys.readouterr().err
-    return {j["job_id"]: j for j in json.loads(capsys.readouterr().out)["jobs"]}
 
 
 def wait_for(
-    cluster: LocalCluster,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    done: Callable[[dict[str, dict[str, Any]]], bool],
-    *args: str,
-    timeout_s: float = 30.0,
-) -> dict[str, dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        jobs = jobs_json(cluster, monkeypatch, capsys, *args)
-        if done(jobs):
-            return jobs
-        assert time.monotonic() < deadline, jobs
-        cluster.check()
-        time.sleep(0.2)
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    done: Callable[[dict[str, Job]], bool], *args: str,
+) -> dict[str, Job]:  # fmt: skip
+    """:func:`wait_for_jobs`, the jobs by id."""
+    return by_id(wait_for_jobs(cluster, monkeypatch, capsys, lambda jobs: done(by_id(jobs)), *args))
 
 
 def submit(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, job_id: str, duration_s: float) -> None:

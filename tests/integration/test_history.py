@@ -10,58 +10,38 @@ from __future__ import annotations
 
 import csv
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from roundhouse.endpoint import DEFAULT_STATE_DIR
-from roundhouse.local import LocalCluster, LocalClusterConfig
-from tests.local_up import cli_where_up_ran, local_up
+from roundhouse.local import LocalCluster
+from tests.cli_helpers import Job, all_final, by_id, wait_for_jobs
+from tests.local_up import cli_where_up_ran, up_for_module
 
 SPEEDUP = 10.0
-FINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    root = tmp_path_factory.mktemp("up")
-    config = LocalClusterConfig(
-        state_dir=root / DEFAULT_STATE_DIR, workers=1, gpus_per_worker=1, round_s=5.0, user="alice",
+    yield from up_for_module(
+        tmp_path_factory, workers=1, gpus_per_worker=1, round_s=5.0, user="alice",
         scheduler="fifo", emulate=True, speedup=SPEEDUP, log_level="INFO", metrics=False,
     )  # fmt: skip
-    with local_up(config) as running:
-        yield running
 
 
 def cli(cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, *args: str) -> int:
     return cli_where_up_ran(cluster, monkeypatch, *args)
 
 
-def jobs_json(
-    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
-) -> list[dict[str, Any]]:
-    capsys.readouterr()
-    assert cli(cluster, monkeypatch, "jobs", "--json", "--all", *args) == 0, capsys.readouterr().err
-    jobs: list[dict[str, Any]] = json.loads(capsys.readouterr().out)["jobs"]
-    return jobs
-
-
 def wait_completed(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], ids: list[str],
     *creds: str,
-) -> dict[str, dict[str, Any]]:
-    deadline = time.monotonic() + 90
-    while True:
-        found = {j["job_id"]: j for j in jobs_json(cluster, monkeypatch, capsys, *creds) if j["job_id"] in ids}
-        if len(found) == len(ids) and all(j["status"] in FINAL for j in found.values()):
-            assert all(j["status"] == "completed" for j in found.values()), found
-            return found
-        assert time.monotonic() < deadline, found
-        cluster.check()
-        time.sleep(0.3)
+) -> dict[str, Job]:
+    jobs = wait_for_jobs(cluster, monkeypatch, capsys, all_final(ids), "--all", *creds, timeout_s=90.0)
+    found = {job_id: job for job_id, job in by_id(jobs).items() if job_id in ids}
+    assert all(j["status"] == "completed" for j in found.values()), found
+    return found
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:

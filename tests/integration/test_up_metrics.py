@@ -14,22 +14,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from roundhouse.cli import main
-from roundhouse.endpoint import DEFAULT_STATE_DIR, UP_FILE
-from roundhouse.local import SERVICE_ORDER, LocalCluster, LocalClusterConfig
-from tests.local_up import local_up
+from roundhouse.endpoint import UP_FILE
+from roundhouse.local import SERVICE_ORDER, LocalCluster
+from tests.local_up import METRICS_UP, up_for_module
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    root = tmp_path_factory.mktemp("up-metrics")
-    config = LocalClusterConfig(
-        state_dir=root / DEFAULT_STATE_DIR, workers=2, gpus_per_worker=2, round_s=1.0, emulate=True, speedup=10.0,
-        user="alice", extra_args={"worker": ["--metrics-s", "0.2"]},
-    )  # fmt: skip
-    with local_up(config) as running:
-        yield running
+    yield from up_for_module(tmp_path_factory, **METRICS_UP)
 
 
 def scrape(url: str) -> Samples:
