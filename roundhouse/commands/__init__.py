@@ -1,7 +1,10 @@
 """One module per CLI sub-command; each exposes ``register(subparsers)``.
 
 A command module sets ``handler`` on its parser with ``set_defaults(handler=...)``; the handler takes
-the parsed namespace and returns the process exit code.
+the parsed namespace and returns the process exit code. A command that talks to a running Roundhouse
+builds its parser with ``common.cluster_command`` (its help line from :data:`COMMANDS`, the endpoint
+flags, the handler) and asks through ``common.ask_cluster``, which reports the failures they share
+(nothing answers, an error as the answer, NATS out of reach, a rejected value, Ctrl-C) alike.
 
 Start-up stays quick because only the command being run is imported (issue 14, item 9:
 ``benchmarks/cli.py``): :data:`COMMANDS` names every command with the one-line help that
