@@ -24,13 +24,14 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from queue import Empty, Queue
+from typing import Protocol, TypeVar
 
 import pytest
 
-from roundhouse.client import Client
+from roundhouse.client import Client, Verdict
 from roundhouse.endpoint import DEFAULT_STATE_DIR
 from roundhouse.local import LocalCluster, LocalClusterConfig
 from schemas.job import JobSpec
@@ -40,7 +41,8 @@ from schemas.subjects import QUERY_LOGS
 from services.runtime.auth import AuthDirectory
 from services.runtime.bus import ERROR_HEADER
 from tests.attacker import Attacker
-from tests.local_up import cli_where_up_ran, local_up
+from tests.cli_helpers import run_cli
+from tests.local_up import local_up
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -67,9 +69,30 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 # --- helpers ------------------------------------------------------------------------------------------
-async def _connect(cluster: LocalCluster, creds: Path | None) -> Client:
-    assert cluster.endpoint is not None
-    return await Client.connect(cluster.endpoint.nats, namespace=cluster.endpoint.namespace, creds=creds)
+class _Connection(Protocol):
+    async def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Connection)
+T = TypeVar("T")
+
+
+def connected(
+    cluster: LocalCluster, connect: Callable[..., Awaitable[C]], creds: Path | None,
+    work: Callable[[C], Awaitable[T]],
+) -> T:  # fmt: skip
+    """``work`` on a connection to the cluster's broker (``Client.connect``, ``Attacker.connect``) as
+    the identity of ``creds``, closed afterwards whatever happened."""
+
+    async def go() -> T:
+        assert cluster.endpoint is not None
+        connection = await connect(cluster.endpoint.nats, namespace=cluster.endpoint.namespace, creds=creds)
+        try:
+            return await work(connection)
+        finally:
+            await connection.close()
+
+    return asyncio.run(go())
 
 
 def printing(name: str, *, iterations: int, gate: Path | None = None) -> JobSpec:
@@ -80,28 +103,20 @@ def printing(name: str, *, iterations: int, gate: Path | None = None) -> JobSpec
 
 
 def submit(cluster: LocalCluster, *specs: JobSpec) -> list[str]:
-    async def go() -> list[str]:
-        client = await _connect(cluster, cluster.user_creds)
-        try:
-            verdicts = [await client.submit(spec, timeout_s=30) for spec in specs]
-        finally:
-            await client.close()
-        assert all(v.outcome == "accepted" for v in verdicts), verdicts
-        return [v.job_id for v in verdicts]
+    async def go(client: Client) -> list[Verdict]:
+        return [await client.submit(spec, timeout_s=30) for spec in specs]
 
-    return asyncio.run(go())
+    verdicts = connected(cluster, Client.connect, cluster.user_creds, go)
+    assert all(v.outcome == "accepted" for v in verdicts), verdicts
+    return [v.job_id for v in verdicts]
 
 
 def ask_logs(cluster: LocalCluster, creds: Path | None, **fields: object) -> LogsReply:
-    async def go() -> LogsReply:
-        client = await _connect(cluster, creds)
-        try:
-            query = LogsQuery.model_validate({"requester": client.identity, **fields})
-            return await client.bus.request(QUERY_LOGS, query, LogsReply, timeout_s=10)
-        finally:
-            await client.close()
+    async def go(client: Client) -> LogsReply:
+        query = LogsQuery.model_validate({"requester": client.identity, **fields})
+        return await client.bus.request(QUERY_LOGS, query, LogsReply, timeout_s=10)
 
-    return asyncio.run(go())
+    return connected(cluster, Client.connect, creds, go)
 
 
 def wait_status(cluster: LocalCluster, job_id: str, wanted: set[str], timeout_s: float = 90) -> LogsReply:
@@ -119,9 +134,7 @@ def wait_status(cluster: LocalCluster, job_id: str, wanted: set[str], timeout_s:
 def logs(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
 ) -> tuple[int, str, str]:
-    code = cli_where_up_ran(cluster, monkeypatch, "logs", *args)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(cluster, monkeypatch, capsys, "logs", *args)
 
 
 @pytest.fixture(scope="module")
@@ -254,21 +267,16 @@ def test_another_user_is_refused_and_sees_nothing(
         f"permission denied: {MALLORY} cannot read {ALICE}'s job", [], None, None,
     )  # fmt: skip
 
-    async def bypass() -> None:
-        assert cluster.endpoint is not None
-        attacker = await Attacker.connect(cluster.endpoint.nats, namespace=cluster.endpoint.namespace, creds=mallory)
-        try:
-            # Asking as alice, or asking the node directly: the broker refuses both.
-            as_alice = LogsQuery(requester=ALICE, job_id=a, run=1)
-            assert await attacker.request(f"query.logs.{ALICE}", as_alice.model_dump_json().encode()) is None
-            await attacker.denied(f"query.logs.{ALICE}")
-            direct = LogRead(node_id=NODE, job_id=a, lease_id="any", local_rank=0)
-            assert await attacker.request(f"logs.read.{NODE}", direct.model_dump_json().encode()) is None
-            await attacker.denied(f"logs.read.{NODE}")
-        finally:
-            await attacker.close()
+    async def bypass(attacker: Attacker) -> None:
+        # Asking as alice, or asking the node directly: the broker refuses both.
+        as_alice = LogsQuery(requester=ALICE, job_id=a, run=1)
+        assert await attacker.request(f"query.logs.{ALICE}", as_alice.model_dump_json().encode()) is None
+        await attacker.denied(f"query.logs.{ALICE}")
+        direct = LogRead(node_id=NODE, job_id=a, lease_id="any", local_rank=0)
+        assert await attacker.request(f"logs.read.{NODE}", direct.model_dump_json().encode()) is None
+        await attacker.denied(f"logs.read.{NODE}")
 
-    asyncio.run(bypass())
+    connected(cluster, Attacker.connect, mallory, bypass)
 
 
 def test_an_operator_reads_any_users_job(
@@ -294,42 +302,35 @@ def test_a_forged_read_gets_nothing_outside_the_lease_directory(
     secret.write_text("not for the bus\n")
     (lease_dir / "rank-7.log").symlink_to(secret)  # what a job could plant in its own lease directory
 
-    async def forge() -> None:
-        assert cluster.endpoint is not None
-        operator = await Attacker.connect(cluster.endpoint.nats, namespace=cluster.endpoint.namespace,
-                                          creds=cluster.operator_creds)  # fmt: skip
-        try:
+    def read(**fields: object) -> bytes:
+        base = LogRead(node_id=NODE, job_id=a, lease_id=runs[0].lease_id, local_rank=0)
+        return json.dumps({**json.loads(base.model_dump_json()), **fields}).encode()
 
-            def read(**fields: object) -> bytes:
-                base = LogRead(node_id=NODE, job_id=a, lease_id=runs[0].lease_id, local_rank=0)
-                return json.dumps({**json.loads(base.model_dump_json()), **fields}).encode()
+    async def forge(operator: Attacker) -> None:
+        async def answer(payload: bytes) -> tuple[LogData | None, str]:
+            msg = await operator.request(f"logs.read.{NODE}", payload, timeout_s=5)
+            assert msg is not None, "the agent did not answer"
+            if msg.headers and ERROR_HEADER in msg.headers:
+                return None, msg.headers[ERROR_HEADER]
+            return LogData.model_validate_json(msg.data), ""
 
-            async def answer(payload: bytes) -> tuple[LogData | None, str]:
-                msg = await operator.request(f"logs.read.{NODE}", payload, timeout_s=5)
-                assert msg is not None, "the agent did not answer"
-                if msg.headers and ERROR_HEADER in msg.headers:
-                    return None, msg.headers[ERROR_HEADER]
-                return LogData.model_validate_json(msg.data), ""
+        honest, _ = await answer(read())
+        assert honest is not None
+        assert honest.data.startswith("run from 0")
+        for path in ("../../../auth", "..", f"{runs[0].lease_id}/../../..", str(secret)):
+            data, error = await answer(read(lease_id=path))
+            assert data is None, path  # refused as malformed: not an id
+            assert "lease_id" in error, path
+        linked, _ = await answer(read(local_rank=7))
+        assert linked is not None
+        assert linked.data == ""
+        assert linked.missing is not None
+        other_job, _ = await answer(read(job_id=b))
+        assert other_job is not None
+        assert other_job.data == ""
+        assert other_job.missing is not None
 
-            honest, _ = await answer(read())
-            assert honest is not None
-            assert honest.data.startswith("run from 0")
-            for path in ("../../../auth", "..", f"{runs[0].lease_id}/../../..", str(secret)):
-                data, error = await answer(read(lease_id=path))
-                assert data is None, path  # refused as malformed: not an id
-                assert "lease_id" in error, path
-            linked, _ = await answer(read(local_rank=7))
-            assert linked is not None
-            assert linked.data == ""
-            assert linked.missing is not None
-            other_job, _ = await answer(read(job_id=b))
-            assert other_job is not None
-            assert other_job.data == ""
-            assert other_job.missing is not None
-        finally:
-            await operator.close()
-
-    asyncio.run(forge())
+    connected(cluster, Attacker.connect, cluster.operator_creds, forge)
 
 
 def test_a_gone_node_is_reported_and_a_restarted_agent_serves_old_runs(
