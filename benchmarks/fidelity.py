@@ -63,7 +63,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,7 @@ from typing import Any
 from roundhouse.client import Client
 from roundhouse.local import LocalCluster, LocalClusterConfig
 from roundhouse.sim.case import Case, build_cluster, build_workload, default_traces_dir, run_case
-from roundhouse.sim.live_config import LiveSimulation, local_cluster_settings, simulation_from_live
+from roundhouse.sim.live_config import LiveSettings, LiveSimulation, local_cluster_settings, simulation_from_live
 from roundhouse.sim.per_job import JobRecord, job_records
 from roundhouse.sim.report import summarize
 from schemas.control import JobsQuery, JobView
@@ -394,6 +395,35 @@ def simulate_live(
     return report, list(job_records(outcome))
 
 
+@dataclass(slots=True)
+class RunningCluster:
+    """A local cluster :func:`running_cluster` started, and when."""
+
+    cluster: LocalCluster
+    settings: LiveSettings
+    """What it runs its services and workers with (the simulation is configured from these)."""
+    started: float
+    """``time.perf_counter()`` when it was started: a run's wall time counts from here."""
+    ready_s: float
+    """Seconds from start until it was ready."""
+
+
+@contextmanager
+def running_cluster(config: LocalClusterConfig) -> Iterator[RunningCluster]:
+    """Start a local cluster from ``config`` and wait until it is ready; on leaving, check that none of
+    its processes failed (when the body succeeded) and stop it, whatever happened."""
+    cluster = LocalCluster(config)
+    started = time.perf_counter()
+    cluster.start()
+    try:
+        settings = local_cluster_settings(cluster)
+        cluster.wait_ready(timeout_s=180)
+        yield RunningCluster(cluster, settings, started, time.perf_counter() - started)
+        cluster.check()
+    finally:
+        cluster.stop()
+
+
 def run_emulated(
     case: Case,
     trace_jobs: list[TraceJob],
@@ -425,16 +455,10 @@ def run_emulated(
             placement_options=dict(case.placement_options),
             admission_options=dict(case.admission_options),
         )
-        cluster = LocalCluster(config)
-        started = time.perf_counter()
-        cluster.start()
-        try:
-            settings = local_cluster_settings(cluster)
-            cluster.wait_ready(timeout_s=180)
-            ready_s = time.perf_counter() - started
+        with running_cluster(config) as running:
             result = asyncio.run(
                 replay(
-                    cluster,
+                    running.cluster,
                     trace_jobs,
                     speedup=speedup,
                     round_s=case.round_s,
@@ -443,12 +467,10 @@ def run_emulated(
                     probes=probes,
                 )
             )
-            cluster.check()
-        finally:
-            cluster.stop()
+    settings = running.settings
     emu = summarize_emulated(result)
-    emu["startup_wall_s"] = round(ready_s, 1)
-    emu["wall_s"] = round(time.perf_counter() - started, 1)
+    emu["startup_wall_s"] = round(running.ready_s, 1)
+    emu["wall_s"] = round(time.perf_counter() - running.started, 1)
     emu["workers"] = nodes
     emu["gpus_per_worker"] = gpus
     latencies = result.latencies

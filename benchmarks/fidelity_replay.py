@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.fidelity import TARGET, FidelityError, _wait_jobs, compare, per_job_differences
+from benchmarks.fidelity import TARGET, FidelityError, _wait_jobs, compare, per_job_differences, running_cluster
 from roundhouse.client import Client
 from roundhouse.local import LocalCluster, LocalClusterConfig
 from roundhouse.sim.cluster import uniform_cluster
-from roundhouse.sim.live_config import local_cluster_settings, simulation_from_live
+from roundhouse.sim.live_config import simulation_from_live
 from roundhouse.sim.per_job import job_records
 from roundhouse.sim.report import summarize
 from roundhouse.sim.traces import read_trace
@@ -168,20 +168,13 @@ def replay_mode(args: argparse.Namespace) -> dict[str, Any]:
             log_level="WARNING",
             metrics=False,
         )
-        cluster = LocalCluster(config)
-        started = time.perf_counter()
-        cluster.start()
-        try:
-            settings = local_cluster_settings(cluster)
-            cluster.wait_ready(timeout_s=180)
-            probed, views, timed_out = asyncio.run(_live(cluster, jobs, args.probes, args.max_wall))
+        with running_cluster(config) as running:
+            probed, views, timed_out = asyncio.run(_live(running.cluster, jobs, args.probes, args.max_wall))
             trace_path = Path(tmp) / "history.csv"
-            export_history(cluster, trace_path)
-            cluster.check()
-        finally:
-            cluster.stop()
+            export_history(running.cluster, trace_path)
         exported = read_trace(trace_path, "roundhouse")
-    wall = time.perf_counter() - started
+    settings = running.settings
+    wall = time.perf_counter() - running.started
     latencies = [v.first_start_time - v.submit_time for v in probed if v.first_start_time is not None]
     done = sorted(
         (v for v in views if v.status == "completed" and v.finish_time is not None),
