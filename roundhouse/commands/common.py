@@ -25,6 +25,15 @@ class CommandFailed(Exception):
         self.code = code
 
 
+def rough_duration(seconds: float, *, second_digits: int = 0) -> str:
+    """A duration as a table shows it, in its largest unit: ``3d``, ``2h``, ``5m``, ``42s`` (``4.2s``
+    with ``second_digits=1``)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.{second_digits}f}s"
+
+
 def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--nats", help="NATS URL(s), comma-separated (default: $ROUNDHOUSE_NATS, else ./.roundhouse/up.json)"

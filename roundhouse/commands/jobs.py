@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from roundhouse.commands.common import cluster_command
+from roundhouse.commands.common import cluster_command, rough_duration
 from roundhouse.commands.statuses import FINAL, UnknownStatusError, parse_statuses, valid_words
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _age(ts: float | None, now: float) -> str:
     if ts is None:
         return "-"
-    return _duration(max(0.0, now - ts)) + " ago"
+    return rough_duration(max(0.0, now - ts)) + " ago"
 
 
 def _clock(ts: float, now: float) -> str:
@@ -78,14 +78,7 @@ def _start(job: JobView, now: float) -> str:
     guessed = "~" if job.eta_quality == "guessed" else ""
     if job.eta_s < 1:
         return f"{guessed}now"
-    return f"in {guessed}{_duration(job.eta_s)} ({_clock(job.eta_time, now)})"
-
-
-def _duration(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{seconds:.0f}s"
+    return f"in {guessed}{rough_duration(job.eta_s)} ({_clock(job.eta_time, now)})"
 
 
 def _runtime(seconds: float) -> str:

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from roundhouse.commands.common import cluster_command
+from roundhouse.commands.common import cluster_command, rough_duration
 
 if TYPE_CHECKING:
     from roundhouse.client import Client
@@ -33,12 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _ago(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit} ago"
-    return f"{seconds:.1f}s ago"
+    return "-" if seconds is None else f"{rough_duration(seconds, second_digits=1)} ago"
 
 
 def _jobs(view: NodeView, width: int = 40) -> str:

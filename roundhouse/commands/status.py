@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from roundhouse.commands.common import cluster_command
+from roundhouse.commands.common import cluster_command, rough_duration
 
 if TYPE_CHECKING:
     from roundhouse.client import Client
@@ -29,12 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _uptime(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit}"
-    return f"{seconds:.0f}s"
+    return "-" if seconds is None else rough_duration(seconds)
 
 
 def format_status(reply: StatusReply) -> str:
