@@ -47,7 +47,16 @@ from schemas.jobs import (
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason, WorldInfo
 from schemas.logs import LogChunk, LogData, LogRead, LogRun, LogsQuery, LogsReply
 from schemas.metrics import GpuSample, JobMetrics, NodeMetrics
-from schemas.nodes import GpuInventory, GpuLink, HeldLease, LeaseState, NodeHeartbeat, NodeRegister
+from schemas.nodes import (
+    GpuInventory,
+    GpuLink,
+    HeldLease,
+    LeaseState,
+    NodeHeartbeat,
+    NodeRegister,
+    NodeReregister,
+    ReregisterReason,
+)
 from schemas.operations import (
     DrainReply,
     DrainRequest,
@@ -131,12 +140,14 @@ __all__ = [
     "NodeId",
     "NodeMetrics",
     "NodeRegister",
+    "NodeReregister",
     "NodeState",
     "NodeView",
     "NodesQuery",
     "NodesReply",
     "PlacementPlan",
     "QueueDepth",
+    "ReregisterReason",
     "RevokeReason",
     "RoundTrigger",
     "RoundView",

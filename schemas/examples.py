@@ -42,7 +42,16 @@ from schemas.jobs import (
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason, WorldInfo
 from schemas.logs import LogChunk, LogData, LogRead, LogRun, LogsQuery, LogsReply
 from schemas.metrics import GpuSample, JobMetrics, NodeMetrics
-from schemas.nodes import GpuInventory, GpuLink, HeldLease, LeaseState, NodeHeartbeat, NodeRegister
+from schemas.nodes import (
+    GpuInventory,
+    GpuLink,
+    HeldLease,
+    LeaseState,
+    NodeHeartbeat,
+    NodeRegister,
+    NodeReregister,
+    ReregisterReason,
+)
 from schemas.operations import (
     DrainReply,
     DrainRequest,
@@ -486,6 +495,16 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
             lease_ttl_s=30.0,
         ),
         NodeRegister(node_id="n", incarnation=_INCARNATION, hostname="10.0.0.7", cpus=1.0, memory_gb=1.0),
+    ),
+    NodeReregister: lambda: (
+        NodeReregister(
+            event_id=_eid("reregister"),
+            ts=EXAMPLE_TS,
+            epoch=7,
+            node_id="node-01",
+            reason=ReregisterReason.UNKNOWN_NODE,
+        ),
+        NodeReregister(epoch=0, node_id="n", reason=ReregisterReason.OTHER_INCARNATION),
     ),
     NodeHeartbeat: lambda: (
         NodeHeartbeat(

@@ -1,6 +1,7 @@
 """Node inventory and liveness, reported by each worker agent.
 
-:class:`NodeRegister` is sent when an agent starts (and again whenever the scheduler asks for it);
+:class:`NodeRegister` is sent when an agent starts (and again whenever the scheduler asks for it
+with :class:`NodeReregister`, ``node.reregister.<node>``);
 it carries the GPUs as NVML sees them. :class:`NodeHeartbeat` is sent every few seconds on core NATS
 and lists the leases the agent holds, so the scheduler can reconcile its view (a lease it granted
 that the node does not report was lost; a lease the node reports that the scheduler revoked is stale)
@@ -16,7 +17,7 @@ from typing import Annotated, Final, TypeVar
 from pydantic import Field, StringConstraints, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from schemas.base import Event, WireModel
+from schemas.base import Command, Event, WireModel
 from schemas.fields import (
     MAX_GPUS_PER_NODE,
     Counter,
@@ -40,6 +41,8 @@ __all__ = [
     "LeaseState",
     "NodeHeartbeat",
     "NodeRegister",
+    "NodeReregister",
+    "ReregisterReason",
 ]
 
 MAX_LEASES_PER_NODE: Final = 256
@@ -196,3 +199,24 @@ class NodeHeartbeat(Event):
     @property
     def lease_ids(self) -> tuple[str, ...]:
         return tuple(lease.lease_id for lease in self.leases)
+
+
+class ReregisterReason(enum.StrEnum):
+    """Why the scheduler asks a node to register again."""
+
+    UNKNOWN_NODE = "unknown_node"
+    """Its store has no registration of the node (restored from an older backup, a lost ``node.register``)."""
+    OTHER_INCARNATION = "other_incarnation"
+    """A heartbeat named an incarnation other than the one the store registered."""
+
+
+class NodeReregister(Command):
+    """Register again (``node.reregister.<node>``, core NATS, from the scheduler leader only).
+
+    Sent when a heartbeat names a node or incarnation the scheduler does not know, at most once per
+    node per few seconds. The agent answers with its current :class:`NodeRegister`; re-registering
+    the same incarnation changes nothing, so a replayed or duplicated command is harmless.
+    """
+
+    node_id: NodeId
+    reason: ReregisterReason

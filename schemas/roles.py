@@ -168,6 +168,7 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
         publish=(
             "{ns}lease.grant.*",
             "{ns}lease.revoke.*",
+            "{ns}node.reregister.*",
             "{ns}logs.read.*",
             "{ns}schedule.round.*",
             "{ns}rh.scheduler.leader.*",
@@ -241,6 +242,7 @@ ROLE_PERMISSIONS: Final[dict[Role, Permissions]] = {
             "{ns}lease.revoke.{id}",
             "{ns}lease.stop.{id}",
             "{ns}logs.read.{id}",
+            "{ns}node.reregister.{id}",
             "{ns}job.started.*",
             "{ns}job.failed.*",
             _SERVICES_API,

@@ -42,7 +42,7 @@ from schemas.jobs import (
 from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke
 from schemas.logs import LogData, LogRead, LogsQuery, LogsReply
 from schemas.metrics import JobMetrics, NodeMetrics
-from schemas.nodes import NodeHeartbeat, NodeRegister
+from schemas.nodes import NodeHeartbeat, NodeRegister, NodeReregister
 from schemas.operations import DrainReply, DrainRequest, NodesQuery, NodesReply, StatusQuery, StatusReply
 from schemas.rounds import PlacementPlan, ScheduleRound
 
@@ -80,6 +80,7 @@ __all__ = [
     "logs_read",
     "model_for",
     "node_metrics",
+    "node_reregister",
     "schedule_round",
     "spec_for",
     "spec_for_model",
@@ -134,6 +135,7 @@ NODE_REGISTER: Final = "node.register.*"
 NODE_HEARTBEAT: Final = "node.heartbeat.*"
 _LEASE_GRANT: Final = "lease.grant"
 _LEASE_REVOKE: Final = "lease.revoke"
+_NODE_REREGISTER: Final = "node.reregister"
 _METRICS_JOB: Final = "metrics.job"
 _METRICS_NODE: Final = "metrics.node"
 _LEASE_STOP: Final = "lease.stop"
@@ -262,6 +264,14 @@ SUBJECTS: Final[tuple[SubjectSpec, ...]] = (
         durable=False,
         reply_model=LeaseAck,
         description="Stop work on a node; request-reply.",
+        token_field="node_id",
+        direction="scheduler -> worker",
+    ),
+    SubjectSpec(
+        f"{_NODE_REREGISTER}.*",
+        NodeReregister,
+        durable=False,
+        description="Register again: the leader's store does not know this node or incarnation.",
         token_field="node_id",
         direction="scheduler -> worker",
     ),
@@ -463,6 +473,11 @@ def lease_grant(node_id: str) -> str:
 def lease_revoke(node_id: str) -> str:
     """``lease.revoke.<node_id>``: where the scheduler sends a node its revokes."""
     return f"{_LEASE_REVOKE}.{_token('node id', node_id)}"
+
+
+def node_reregister(node_id: str) -> str:
+    """``node.reregister.<node_id>``: where the scheduler asks a node it does not know to register again."""
+    return f"{_NODE_REREGISTER}.{_token('node id', node_id)}"
 
 
 def lease_stop(node_id: str) -> str:

@@ -48,6 +48,8 @@ CONTROL_SUBJECTS = {
     "query.logs.*", "logs.read.*",
     # The operator's view (issue 15, item 3): nodes, status, drains.
     "query.nodes.*", "query.status.*", "operator.drain.*",
+    # Issue 18: a leader whose store does not know a live node asks it to register again.
+    "node.reregister.*",
 }  # fmt: skip
 
 
