@@ -17,17 +17,26 @@ are revoked on the node, never released blind: the agent recovers the leases its
 running before it registers (``services/worker``), so an ``unknown_lease`` answer from it means
 those processes are gone, and a lease it still runs is stopped (released with its
 ``job.suspended``) before its GPUs or job go anywhere else.
+
+A heartbeat of a node or incarnation the inventory does not know (the store was restored from a
+backup taken before the node registered, or its ``node.register`` was lost) is not applied, and the
+leader asks that node to register again (``node.reregister.<node>``, :mod:`.reregister`), at most
+once per node per ``reconcile_grace_s``: otherwise the node's GPUs would never be offered again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
+import nats.errors
+
 from schemas.leases import RevokeReason
-from schemas.nodes import NodeHeartbeat, NodeRegister
+from schemas.nodes import NodeHeartbeat, NodeRegister, NodeReregister, ReregisterReason
 from schemas.rounds import RoundTrigger
-from schemas.subjects import NODE_HEARTBEAT, NODE_REGISTER
+from schemas.subjects import NODE_HEARTBEAT, NODE_REGISTER, node_reregister
+from services.runtime.bus import BusError
 from services.runtime.consumer import ConsumerHandler
 from services.runtime.store import LeaseState, SetMeta, StaleWriteError
 from services.scheduler.book import Change
@@ -36,6 +45,7 @@ from services.scheduler.inventory import META_KEY
 from services.scheduler.leases import Lease
 from services.scheduler.reconcile import reconcile_heartbeat, sweep_releases
 from services.scheduler.replica import CONSUMERS, Replica
+from services.scheduler.reregister import ReregisterLimiter
 from services.scheduler.term import Term
 from services.scheduler.trust import Refusal, foreign_leases
 
@@ -50,6 +60,9 @@ class NodeFacts:
         self.execution = execution
         self.missing_since: dict[str, float] = {}
         """Leases a node's heartbeats stopped listing, with the first such heartbeat's time."""
+        self.reregister = ReregisterLimiter(replica.cfg.reconcile_grace_s)
+        """Asks to register again, per node (issue 18)."""
+        self.reregisters_sent = 0
 
     def consumers(self) -> dict[str, tuple[type[Any], ConsumerHandler[Any]]]:
         """Subject -> (event model, handler) of each durable consumer this part runs."""
@@ -98,7 +111,9 @@ class NodeFacts:
                 f"node {event.node_id} listed leases of other nodes or jobs: {', '.join(foreign[:5])}",
             )
             return
-        if not r.inventory.heartbeat(event.node_id, event.incarnation, event.draining, r.clock.monotonic()):
+        now = r.clock.monotonic()
+        if not r.inventory.heartbeat(event.node_id, event.incarnation, event.draining, now):
+            await self._ask_reregister(event, term, now)
             return
         verdict = reconcile_heartbeat(
             event.node_id, event.leases, book.leases, book.by_node.get(event.node_id, set()), self.missing_since,
@@ -110,6 +125,21 @@ class NodeFacts:
             r.churn(RoundTrigger.NODE_CHANGE)
         if verdict.strays and r.term is not None:
             self.execution.revoke_strays(r.term, verdict.strays)
+
+    async def _ask_reregister(self, event: NodeHeartbeat, term: Term, now: float) -> None:
+        """Ask the node of a heartbeat the inventory did not apply to register again (rate-limited)."""
+        r = self.replica
+        if r.bus is None or not self.reregister.allow(event.node_id, now):
+            return
+        known = r.inventory.get(event.node_id)
+        reason = ReregisterReason.UNKNOWN_NODE if known is None else ReregisterReason.OTHER_INCARNATION
+        log.warning("heartbeat of %s node %s (incarnation %s): asking it to register again",
+                    "unknown" if known is None else "another incarnation of", event.node_id, event.incarnation)
+        ask = NodeReregister(epoch=term.epoch, node_id=event.node_id, reason=reason)
+        # Best effort: the next heartbeat after the interval asks again if this one is lost.
+        with contextlib.suppress(nats.errors.Error, BusError, TimeoutError):
+            await r.bus.publish(node_reregister(event.node_id), ask)
+            self.reregisters_sent += 1
 
     async def sweep_loop(self, term: Term) -> None:
         """Dead nodes and revokes past their deadline, checked a few times per TTL."""

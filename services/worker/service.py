@@ -5,7 +5,8 @@ lease's processes, ``lease.revoke.<node>`` starts the two-phase stop (coordinato
 job), ``lease.stop.<node>`` carries ``stop_at`` from a coordinator to this node. Facts (durable,
 through :class:`~services.worker.outbox.Outbox`): ``job.started``, ``job.checkpointed`` (a
 periodic checkpoint of a running job, seen where the metrics are sampled), ``job.suspended``,
-``job.completed``, ``job.failed``. Liveness: ``node.register`` on start and after a reconnect,
+``job.completed``, ``job.failed``. Liveness: ``node.register`` on start, after a reconnect and
+when the scheduler leader asks for it (``node.reregister.<node>``: its store does not know this node),
 ``node.heartbeat`` every ``heartbeat_s``. Metrics: ``metrics.job.<id>`` from the training
 processes' channels and ``metrics.node.<id>``, every ``metrics_s``. See docs/worker.md.
 """
@@ -39,7 +40,7 @@ from schemas.jobs import (
 from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke
 from schemas.logs import LogData, LogRead
 from schemas.metrics import JobMetrics, NodeMetrics
-from schemas.nodes import LeaseState, NodeHeartbeat, NodeRegister
+from schemas.nodes import LeaseState, NodeHeartbeat, NodeRegister, NodeReregister
 from schemas.subjects import (
     JOB_FAILED,
     JOB_STARTED,
@@ -51,6 +52,7 @@ from schemas.subjects import (
     lease_stop,
     logs_read,
     node_metrics,
+    node_reregister,
 )
 from services.runtime.bus import Bus, BusError, RemoteError
 from services.runtime.checkpoint import CHECKPOINT_NAME
@@ -77,6 +79,9 @@ __all__ = ["WorkerService"]
 
 log = logging.getLogger("roundhouse.worker")
 
+_REREGISTER_MIN_INTERVAL_S = 3.0
+"""At most one ``node.register`` per this many seconds on the leader's asks (a replayed or forged ask
+is harmless, re-registering being idempotent, but stays bounded)."""
 _EXIT_MARGIN_S = 5.0
 """After a reported stop, processes get the rest of the grace period plus this to exit on their own."""
 
@@ -107,6 +112,8 @@ class WorkerService(RoundhouseService):
         """The other nodes of each multi-node lease (the coordinator's fan-out list; whose
         ``job.failed`` counts)."""
         self.last_contact = time.monotonic()
+        self._reregistered_at = -_REREGISTER_MIN_INTERVAL_S
+        """Monotonic time of the last ``node.register`` sent on the leader's ask."""
         self.cut_off = False
         self.draining = False
         self._bus: Bus | None = None
@@ -123,7 +130,7 @@ class WorkerService(RoundhouseService):
         """lease id -> iteration of the last checkpoint reported with ``job.checkpointed``."""
         self.counters: dict[str, int] = dict.fromkeys(
             ("grants", "revokes", "stop_ats", "refused", "duplicates", "stale_epoch", "started", "checkpointed",
-             "suspended", "completed", "failed", "cut_offs", "checkpoint_refused"), 0,
+             "suspended", "completed", "failed", "cut_offs", "checkpoint_refused", "reregistered"), 0,
         )  # fmt: skip
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -147,6 +154,7 @@ class WorkerService(RoundhouseService):
             await bus.serve(lease_revoke(self.node_id), LeaseRevoke, self._on_revoke),
             await bus.serve(lease_stop(self.node_id), LeaseStopAt, self._on_stop_at),
             await bus.serve(logs_read(self.node_id), LogRead, self._on_log_read),
+            await bus.subscribe(node_reregister(self.node_id), NodeReregister, self._on_reregister),
             await bus.subscribe(JOB_STARTED, JobStarted, self._on_job_started),
             await bus.subscribe(JOB_FAILED, JobFailed, self._on_job_failed),
         ]
@@ -865,6 +873,26 @@ class WorkerService(RoundhouseService):
                 if lease.watchdog is not None:
                     lease.watchdog.keepalive()
             await asyncio.sleep(period)
+
+    async def _on_reregister(self, ask: NodeReregister) -> None:
+        """The leader's store does not know this node or incarnation (issue 18): register again.
+
+        Fenced as commands are (an ask from a deposed leader's older epoch is ignored), but the fence
+        does not move: an ask changes nothing here, and a forged huge epoch must not fence out the
+        real leader. At most once per ``_REREGISTER_MIN_INTERVAL_S``."""
+        if ask.node_id != self.node_id or self.draining:
+            return
+        if not self.table.fence.allows(ask.epoch):
+            self.counters["stale_epoch"] += 1
+            return
+        now = time.monotonic()
+        if now - self._reregistered_at < _REREGISTER_MIN_INTERVAL_S:
+            return
+        self._reregistered_at = now
+        self.counters["reregistered"] += 1
+        log.warning("the scheduler (epoch %d) does not know this node (%s): registering again", ask.epoch,
+                    ask.reason.value)  # fmt: skip
+        await self.bus.publish(NODE_REGISTER, self._register())
 
     async def _on_reconnected(self) -> None:
         self.last_contact = time.monotonic()
