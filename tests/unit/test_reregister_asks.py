@@ -4,9 +4,9 @@ whatever the heartbeats, including the late ones of an old incarnation."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, cast
 
 from schemas.base import Event
