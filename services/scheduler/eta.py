@@ -51,15 +51,15 @@ import math
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from concurrent.futures import BrokenExecutor, Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from multiprocessing import get_context
 from typing import Any, Final, Literal
 
 from services.core.costs import CostModel, ModelCosts
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.simulation.forward import ForwardJob, ForwardSettings, Snapshot, run_forward, take_snapshot
 from services.core.state import ClusterState, JobState, JobStatus
+from services.runtime.child_pool import process_pool
 
 log = logging.getLogger("roundhouse.scheduler.eta")
 
@@ -350,8 +350,8 @@ class EtaRefresher:
     def _executor(self) -> Executor:
         if self._pool is None:
             if self._kind == "process":
-                # spawn: a fork of this process would copy its event loop and NATS connection.
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"))
+                # Spawned, and exiting with the scheduler even when it is killed (child_pool.py).
+                self._pool = process_pool(max_workers=1)
             else:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eta")
         return self._pool
