@@ -88,7 +88,10 @@ async def test_a_new_leader_requeues_the_job_of_a_node_that_died_while_no_leader
     caplog.set_level(logging.WARNING, logger="roundhouse.scheduler")
     async with live_parts(broker, tmp_path) as parts:
         old = await parts.up({"node-a": 1, "node-b": 1}, lease_ttl_s=3.0)
-        job = await parts.submit(emulated_job("stranded", seconds=100))
+        # 15 s of real time at speed-up 100: far longer than crashing the leader and killing the
+        # agent take on a loaded machine (at 1 s the job finished on its node first, 1 run in 2 beside
+        # a CPU hog, and nothing was left to requeue).
+        job = await parts.submit(emulated_job("stranded", seconds=1500))
         started = await parts.facts.one(JobStarted, job, 20)
         gone = started.node_id
         survivor = "node-b" if gone == "node-a" else "node-a"
@@ -98,7 +101,7 @@ async def test_a_new_leader_requeues_the_job_of_a_node_that_died_while_no_leader
 
         new = await parts.start_scheduler(lease_ttl_s=3.0)
         await eventually(lambda: new.is_leader, 20, "a new leader")
-        done = await parts.until_status(job, "completed", timeout_s=60)
+        done = await parts.until_status(job, "completed", timeout_s=120)
         silent = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"node {gone} silent")]
         assert silent, "the job was not requeued for its node's silence"
         runs = parts.facts.of(JobStarted, job)
@@ -107,7 +110,7 @@ async def test_a_new_leader_requeues_the_job_of_a_node_that_died_while_no_leader
         seen = (await parts.cli_jobs(job))[job]
         assert seen["status"] == "completed"
         assert seen["preemptions"] == 1
-        assert seen["iterations_done"] == 1000  # run again from iteration 0: the lost run never checkpointed
+        assert seen["iterations_done"] == 15000  # run again from iteration 0: the lost run never checkpointed
 
 
 async def test_a_lease_a_restored_store_does_not_know_is_revoked_and_its_process_stopped(
