@@ -376,7 +376,8 @@ class LocalCluster:
         # Port 0: each picks a free one and announces it (no race between choosing and binding).
         return ["--metrics-port", "0"] if self.config.metrics else []
 
-    def _child_env(self) -> dict[str, str]:
+    def child_env(self) -> dict[str, str]:
+        """The environment every child starts with (also what ``roundhouse.sim.live_config`` reads)."""
         # Each child gets its own --creds; the caller's ROUNDHOUSE_CREDS must not stand in for them.
         # ROUNDHOUSE_POLICY(_OPTIONS) would apply to every service alike; each gets its own flags instead.
         dropped = {CREDS_ENV, *SHARED_POLICY_ENV}
@@ -391,13 +392,15 @@ class LocalCluster:
                 [sys.executable, "-m", "roundhouse", *args],
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches us only; we stop children in order
-                env=self._child_env(),
+                env=self.child_env(),
             )  # fmt: skip
         child = Child(name, process, log_path)
         self.children.append(child)
         return child
 
-    def _service_args(self, kind: str) -> list[str]:
+    def service_args(self, kind: str) -> list[str]:
+        """The ``roundhouse`` command line of service ``kind``: the one source of its settings, which a
+        simulation of this cluster reads too (``roundhouse.sim.live_config``)."""
         assert self.endpoint is not None
         config = self.config
         args = ["service", kind, "--nats", self.endpoint.nats, "--namespace", self.endpoint.namespace,
@@ -419,7 +422,8 @@ class LocalCluster:
         args += self._creds_args(Role(kind)) + self._metrics_args()
         return args + config.extra_args.get(kind, [])
 
-    def _worker_args(self, index: int) -> list[str]:
+    def worker_args(self, index: int) -> list[str]:
+        """The ``roundhouse`` command line of worker ``index``."""
         assert self.endpoint is not None
         config = self.config
         node_id = f"node-{index}"
@@ -461,9 +465,9 @@ class LocalCluster:
             self._start_broker()
             assert self.endpoint is not None
             for kind in SERVICE_ORDER:
-                self._spawn(kind, self._service_args(kind))
+                self._spawn(kind, self.service_args(kind))
             for index in range(len(self.node_ids)):
-                self._spawn(f"worker-{index}", self._worker_args(index))
+                self._spawn(f"worker-{index}", self.worker_args(index))
             if self.config.dashboard:
                 (self.state_dir / DASHBOARD_URL_FILE).unlink(missing_ok=True)  # an earlier run's port
                 self._spawn("dashboard", self._dashboard_args())

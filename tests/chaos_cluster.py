@@ -156,11 +156,11 @@ class ChaosCluster(LocalCluster):
             if kind == "scheduler":
                 for index in range(self.chaos.schedulers):
                     name = f"scheduler-{index}"
-                    self._add(name, kind, [*self._service_args(kind), "--instance", name])
+                    self._add(name, kind, [*self.service_args(kind), "--instance", name])
             else:
-                self._add(kind, kind, self._service_args(kind))
+                self._add(kind, kind, self.service_args(kind))
         for index in range(self.chaos.workers):
-            self._add(f"worker-{index}", "worker", self._worker_args(index))
+            self._add(f"worker-{index}", "worker", self.worker_args(index))
         return self.endpoint
 
     def _add(self, name: str, kind: str, args: list[str]) -> None:

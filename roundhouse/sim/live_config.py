@@ -90,12 +90,12 @@ def parse_service_args(
 
 def local_cluster_settings(cluster: LocalCluster) -> LiveSettings:
     """What ``cluster`` (started: its broker is up) runs its services and its first worker with."""
-    env = cluster._child_env()  # what the children see: without the shared policy variables
+    env = cluster.child_env()  # what the children see: without the shared policy variables
     return LiveSettings(
-        scheduler=parse_service_args("scheduler", SchedulerConfig, cluster._service_args("scheduler"), env),
-        placement=parse_service_args("placement", PlacementConfig, cluster._service_args("placement"), env),
-        admission=parse_service_args("admission", AdmissionConfig, cluster._service_args("admission"), env),
-        worker=parse_service_args("worker", WorkerConfig, cluster._worker_args(0), env),
+        scheduler=parse_service_args("scheduler", SchedulerConfig, cluster.service_args("scheduler"), env),
+        placement=parse_service_args("placement", PlacementConfig, cluster.service_args("placement"), env),
+        admission=parse_service_args("admission", AdmissionConfig, cluster.service_args("admission"), env),
+        worker=parse_service_args("worker", WorkerConfig, cluster.worker_args(0), env),
     )
 
 

@@ -351,7 +351,7 @@ def test_a_gone_node_is_reported_and_a_restarted_agent_serves_old_runs(
     assert (code, out) == (1, "")
     assert f"run 1 rank 0: node {NODE} did not answer" in err
     cluster.children.remove(worker)
-    cluster._spawn("worker-0", cluster._worker_args(0))  # a new agent on the same node, same work directory
+    cluster._spawn("worker-0", cluster.worker_args(0))  # a new agent on the same node, same work directory
     deadline = time.monotonic() + 60
     while True:
         code, after, _ = logs(cluster, monkeypatch, capsys, a)
