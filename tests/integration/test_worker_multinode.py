@@ -58,7 +58,7 @@ async def test_a_failed_rank_on_one_node_is_reported_there_and_stops_the_other_n
             return False
 
         await wait_for(rank0_gone, 10, "rank 0 stopped")
-        await wait_for(lambda: "failed on node mn-b" in workers[0].log_text(), 5, "mn-a's log")
+        await wait_for(lambda: "failed on node mn-b" in workers[0].log_text(), 15, "mn-a's log")
         assert len(facts.end_of("mn-job")) == 1
     finally:
         for worker in workers:

@@ -147,24 +147,38 @@ async def test_a_peer_failure_counts_only_from_the_lease_gang(cluster: Cluster) 
     }
     for fact in forged.values():
         await bus.publish(JOB_FAILED, fact)
+    # Each wait reads only the log written since its facts were sent (an earlier line must not satisfy
+    # it), and the next facts go out only once these were judged: the agent handles job.started and
+    # job.failed on separate subscriptions, so peer-b's job.started must not overtake its forged
+    # job.failed. The time-outs are generous: this is a real agent process on a loaded machine.
+    ignored = "job.failed of lease {} from node {} ignored: node {} is not known to share lease"
+    await wait_for(lambda: ignored.format(grant.lease_id, "peer-b", "peer-b") in cluster.worker.log_text(), 15,
+                   "the refusal of peer-b's job.failed before its job.started")  # fmt: skip
+    assert ignored.format(grant.lease_id, "intruder", "intruder") in cluster.worker.log_text()
+    seen = len(cluster.worker.log_text())
     await bus.publish(JOB_STARTED, started(grant, "peer-b"))  # peer-b takes the gang's one other place
     await bus.publish(JOB_STARTED, started(grant, "intruder"))  # no place left for anyone else
-    await wait_for(lambda: "2 nodes are all known already" in cluster.worker.log_text(), 5, "the refusal")
+    await wait_for(lambda: "2 nodes are all known already" in cluster.worker.log_text()[seen:], 15, "the refusal")
+    other_job, seen = job_id(), len(cluster.worker.log_text())
     for fact in (
         failed(grant, "intruder"),
-        failed(grant, "peer-b", job_id=job_id()),
+        failed(grant, "peer-b", job_id=other_job),
         failed(grant, "peer-b", epoch=grant.epoch + 1),
     ):
         await bus.publish(JOB_FAILED, fact)
-    await wait_for(lambda: "not known to share lease" in cluster.worker.log_text(), 5, "the log of an ignored fact")
-    await wait_for(lambda: f"granted in epoch {grant.epoch}, not" in cluster.worker.log_text(), 5, "epoch mismatch")
+    for why in (
+        ignored.format(grant.lease_id, "intruder", "intruder"),
+        f"lease {grant.lease_id} runs job {grant.job_id}, not {other_job}",
+        f"lease {grant.lease_id} was granted in epoch {grant.epoch}, not {grant.epoch + 1}",
+    ):
+        await wait_for(lambda why=why: why in cluster.worker.log_text()[seen:], 15, f"the log line {why!r}")
     beat = await cluster.next_beat()
     assert grant.lease_id in beat.lease_ids, "a forged job.failed stopped the lease"
     assert "failed on node" not in cluster.worker.log_text()
 
     # The real peer's failure does stop the local ranks (nothing reported: the peer reported it).
     await bus.publish(JOB_FAILED, failed(grant, "peer-b"))
-    await wait_for(lambda: f"lease {grant.lease_id} failed on node peer-b" in cluster.worker.log_text(), 5)
+    await wait_for(lambda: f"lease {grant.lease_id} failed on node peer-b" in cluster.worker.log_text(), 15)
     await wait_for(lambda: cluster.dropped(grant.lease_id, after=beat.ts), 10, "the lease gone")
     assert not [e for e in cluster.facts.end_of(grant.job_id) if getattr(e, "message", None) != "forged"]
 
