@@ -8,9 +8,12 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncTransaction
 
 from services.core.state import JobStatus
-from services.runtime.store import StaleWriteError, Store
+from services.runtime.store import StaleWriteError, Store, StoreConfig
 from tests.integration.conftest_store import drop_schema, job, postgres_url
 
 
@@ -79,3 +82,54 @@ async def test_replicas_starting_together_create_the_tables_once(pg: tuple[str, 
     finally:
         for store in stores:
             await store.close()
+
+
+async def _frozen_in_a_write(store: Store, job_id: str) -> tuple[AsyncConnection, AsyncTransaction]:
+    """A connection of ``store`` that locked ``job_id``'s row in a transaction and then went quiet,
+    as a scheduler frozen (SIGSTOP) between two statements of a write looks to the server."""
+    conn = await store._engine.connect()  # the store has no API to hold a transaction open
+    transaction = await conn.begin()
+    await conn.execute(text("SELECT 1 FROM jobs WHERE job_id = :job FOR UPDATE"), {"job": job_id})
+    return conn, transaction
+
+
+async def test_a_replica_frozen_inside_a_write_does_not_block_the_one_that_took_over(pg: tuple[str, str]) -> None:
+    url, pg_schema = pg
+    frozen = await Store.open(url, schema=pg_schema, config=StoreConfig(postgres_idle_in_transaction_s=1.0))
+    leader = await Store.open(url, schema=pg_schema)
+    try:
+        await leader.add_jobs([job("j1")])
+        conn, _ = await _frozen_in_a_write(frozen, "j1")
+        # The server ends the frozen session after its idle bound; the leader's write then goes
+        # through. Without the bound it would wait for as long as the other replica is frozen.
+        await asyncio.wait_for(leader.update_job("j1", {"status": JobStatus.RUNNING}, expected_version=1), 60)
+        stored = await leader.get_job("j1")
+        assert stored is not None
+        assert stored.status is JobStatus.RUNNING
+        with pytest.raises(DBAPIError):  # it wakes up to find its transaction gone: nothing of it is written
+            await conn.execute(text("UPDATE jobs SET status = 'cancelled' WHERE job_id = 'j1'"))
+        await conn.close()
+        assert (await leader.get_job("j1")).status is JobStatus.RUNNING  # type: ignore[union-attr]
+    finally:
+        await frozen.close()
+        await leader.close()
+
+
+async def test_without_the_idle_bound_a_frozen_write_blocks_the_leader(pg: tuple[str, str]) -> None:
+    """The positive control of the test above: the row lock it relies on really blocks a writer."""
+    url, pg_schema = pg
+    frozen = await Store.open(url, schema=pg_schema, config=StoreConfig(postgres_idle_in_transaction_s=0))
+    leader = await Store.open(url, schema=pg_schema)
+    try:
+        await leader.add_jobs([job("j1")])
+        conn, transaction = await _frozen_in_a_write(frozen, "j1")
+        write = asyncio.ensure_future(leader.update_job("j1", {"status": JobStatus.RUNNING}, expected_version=1))
+        done, _ = await asyncio.wait([write], timeout=3)
+        assert not done, "the write went through a row lock held by another session"
+        await transaction.rollback()  # the frozen replica wakes up and gives up
+        await conn.close()
+        await asyncio.wait_for(write, 60)
+        assert (await leader.get_job("j1")).status is JobStatus.RUNNING  # type: ignore[union-attr]
+    finally:
+        await frozen.close()
+        await leader.close()

@@ -48,6 +48,13 @@ class StoreConfig:
     fsyncs, every other large batch; 10,000 (~40 MiB of WAL) keeps checkpoints off the write path."""
     busy_timeout_s: float = 5.0
     """SQLite: how long a connection waits for another process's write lock before failing."""
+    postgres_idle_in_transaction_s: float = 10.0
+    """PostgreSQL: the server ends a session that sits this long inside a transaction without
+    sending anything (``idle_in_transaction_session_timeout``; 0: never). A scheduler frozen
+    (SIGSTOP, a VM pause) in the middle of a write would otherwise hold its row locks, the term row's
+    among them, for as long as it is frozen, and the replica that took over could write nothing:
+    every write of the store is a short batch, so a live writer never comes near this bound. The
+    frozen one's transaction is rolled back, and its commit fails when it wakes up (docs/failure.md)."""
     pool_size: int = 5
     echo: bool = False
 
@@ -62,6 +69,10 @@ class StoreConfig:
             raise StoreConfigError(f"sqlite_wal_autocheckpoint must be >= 0, got {self.sqlite_wal_autocheckpoint}")
         if self.busy_timeout_s < 0:
             raise StoreConfigError(f"busy_timeout_s must be >= 0, got {self.busy_timeout_s}")
+        if self.postgres_idle_in_transaction_s < 0:
+            raise StoreConfigError(
+                f"postgres_idle_in_transaction_s must be >= 0, got {self.postgres_idle_in_transaction_s}"
+            )
 
 
 def resolve_target(target: str | os.PathLike[str]) -> URL:
@@ -109,9 +120,10 @@ def create_engine(url: URL, config: StoreConfig, *, schema: str | None) -> Async
         engine = create_async_engine(url, echo=config.echo, pool_size=config.pool_size, pool_use_lifo=True)
         _install_sqlite_hooks(engine, config)
         return engine
-    connect_args: dict[str, object] = {}
+    settings = {"idle_in_transaction_session_timeout": str(round(config.postgres_idle_in_transaction_s * 1000))}
     if schema is not None:
-        connect_args["server_settings"] = {"search_path": schema}
+        settings["search_path"] = schema
+    connect_args: dict[str, object] = {"server_settings": settings}
     return create_async_engine(
         url, echo=config.echo, pool_size=config.pool_size, pool_pre_ping=True, connect_args=connect_args
     )
