@@ -173,6 +173,7 @@ class ClusterState:
         "gpus",
         "largest_node_gpus",
         "nodes",
+        "shared_gpus",
     )
 
     def __init__(self, nodes: Iterable[Node], gpus: Iterable[Gpu]) -> None:
@@ -194,6 +195,11 @@ class ClusterState:
         self._free_on_node: list[set[int]] = [set() for _ in self._node_ids]
         for g in self.gpus:
             self._free_on_node[self._gpu_node[g.gpu_id]].add(g.gpu_id)
+        self.shared_gpus: set[int] = set()
+        """GPUs that several jobs hold at once because a packing plan put them there (Gandiva packing,
+        ``services.core.packing``), marked by the owner with ``mark_shared``; a GPU leaves the set when
+        at most one job is left on it. Empty unless packing is on: anywhere else a second holder is a
+        double booking (the simulator's invariant checks say so)."""
 
     @classmethod
     def uniform(cls, nodes: int, gpus_per_node: int, *, gpu_type: str = "generic",
@@ -287,6 +293,15 @@ class ClusterState:
                 raise ValueError(f"job {job_id} does not hold GPU {g}")
             rest = tuple(j for j in held if j != job_id)
             gpu_jobs[g] = rest
+            if len(rest) < 2:
+                self.shared_gpus.discard(g)
             if not rest:
                 self._free_count += 1
                 self._free_on_node[self._gpu_node[g]].add(g)
+
+    def mark_shared(self, gpu_ids: Iterable[int]) -> None:
+        """Record that the jobs holding ``gpu_ids`` share them by a packing plan's decision (owner
+        only; after ``assign``)."""
+        for g in gpu_ids:
+            if len(self.gpu_jobs[g]) > 1:
+                self.shared_gpus.add(g)
