@@ -94,7 +94,7 @@ def _policy_spec_full() -> PolicySpec:
     return PolicySpec(
         name="resnet-trial", user="alice", gpus=2, max_gpus=4, cpus=8.0, memory_gb=64.0, job_class=JobClass.TE,
         priority=5, grace_period_s=60.0, max_preemptions=3, model="resnet50", expected_iterations=10_000,
-        expected_duration_s=600.0, loss_target=0.05,
+        expected_duration_s=600.0, loss_target=0.05, gpu_throughputs={"k80": 0.16, "p100": 0.66, "v100": 1.0},
     )  # fmt: skip
 
 
@@ -139,6 +139,7 @@ def _spec_full() -> JobSpec:
         model="resnet50",
         expected_iterations=450_000,
         expected_duration_s=36_000.0,
+        gpu_throughputs={"k80": 0.16, "p100": 0.66, "v100": 1.0},
         loss_target=0.05,
         env={"NCCL_DEBUG": "WARN"},
         workdir="/home/alice/resnet",

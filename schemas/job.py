@@ -56,6 +56,8 @@ _Arg = Annotated[str, StringConstraints(max_length=MAX_ARG_CHARS), AfterValidato
 _EnvKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 _EnvValue = Annotated[str, StringConstraints(max_length=MAX_ARG_CHARS), AfterValidator(_no_nul)]
 ModelHint = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]*$")]
+GpuTypeName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+"""A normalised GPU type (``services.core.heterogeneity.normalize_gpu_type``: "a100", "v100")."""
 _AbsPath = Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=r"^/[^\x00]*$")]
 
 
@@ -97,6 +99,12 @@ class JobSpec(WireModel):
     )
     model: ModelHint | None = Field(
         default=None, description="Model/profile hint (e.g. resnet50) for cost models."
+    )
+    gpu_throughputs: dict[GpuTypeName, Annotated[float, Field(gt=0, le=1e6)]] | None = Field(
+        default=None,
+        max_length=32,
+        description="Relative speed per GPU type (e.g. {k80: 0.2, v100: 1}) for heterogeneity-aware "
+        "policies (Gavel); None: looked up from the model (services.core.heterogeneity).",
     )
     expected_iterations: int | None = Field(default=None, ge=1, le=10**12)
     expected_duration_s: float | None = Field(default=None, gt=0, le=10**9)

@@ -36,7 +36,7 @@ from pydantic_core import PydanticCustomError
 from schemas.base import Command, Event, WireModel
 from schemas.fields import Counter, Epoch, GpuIndices, Iteration, PolicyName, Reason, ShortText, unique
 from schemas.ids import InstanceId, JobId, NodeId
-from schemas.job import MAX_GPUS_PER_JOB, JobClass, JobName, UserName
+from schemas.job import MAX_GPUS_PER_JOB, GpuTypeName, JobClass, JobName, UserName
 
 UNAVAILABLE_GPUS: Final = "(unavailable)"
 """The ``held`` key of a draining node's free GPUs: not a valid job id, so it can never name a job."""
@@ -122,6 +122,7 @@ class PolicySpec(WireModel):
     grace_period_s: float = _field(30.0, ge=0, le=86_400)
     max_preemptions: int | None = _field(None, ge=0, le=1_000_000)
     model: ShortText | None = _field(None)
+    gpu_throughputs: dict[GpuTypeName, Annotated[float, Field(gt=0, le=1e6)]] | None = _field(None, max_length=32)
     expected_iterations: int | None = _field(None, ge=1, le=10**12)
     expected_duration_s: float | None = _field(None, gt=0, le=10**9)
     loss_target: float | None = _field(None, ge=-1e12, le=1e12)
