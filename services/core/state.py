@@ -90,6 +90,11 @@ class JobState:
     """(time, loss) samples, oldest first; bounded by the owner."""
     iteration_time_s: float | None = None
     """Recent average seconds per iteration at the current GPU count."""
+    grad_noise_scale: float | None = None
+    """Latest gradient noise scale the job reported (examples; McCandlish et al.'s B_simple), which
+    Pollux's statistical efficiency needs (``services.core.goodput``); None until it reports one."""
+    batch_size: int | None = None
+    """Latest total batch size the job reported; None until it reports one."""
     seq: int = 0
     """Submission sequence number from the owner (monotonic): the final tie-breaker of every order,
     so that rankings are total and deterministic even when submit times are equal."""
