@@ -40,6 +40,7 @@ from services.core.lifecycle import admit as admit_job
 from services.core.lifecycle import finish as finish_job
 from services.core.lifecycle import launch as launch_job
 from services.core.lifecycle import suspend as suspend_job
+from services.core.network import NetworkModel
 from services.core.ordering import KeyedOrder
 from services.core.protocols import (
     AdmissionPolicy,
@@ -109,6 +110,10 @@ class SimConfig:
     """Keep, for every relaunch of a measured job after a preemption, how long it was out
     (``Outcome.reschedule_s``, ``Outcome.suspended_s``): FitGpp §3's "intervals between preemptions
     and re-scheduling"; off by default: 16 bytes per preemption."""
+    network: NetworkModel | None = None
+    """Derive a multi-GPU job's rate from its model's gradient size and the link bandwidths of the
+    GPUs it holds (``services.core.network``) instead of the cost model's fixed ``spread_slowdown``.
+    None (the default): the fixed slowdown, as before."""
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -523,6 +528,9 @@ class Simulator:
         rate = 1.0
         if len(gpus) != requested:
             rate = (len(gpus) / requested) ** job.costs.scaling_exponent
+        network = self.config.network
+        if network is not None:  # replaces the fixed spread slowdown below
+            return rate * network.speed(job.spec.model, gpus, self.cluster)
         if len(gpus) > 1:
             needed = -(-len(gpus) // max(1, self.cluster.largest_node_gpus))
             if self.cluster.nodes_spanned(gpus) > needed:
