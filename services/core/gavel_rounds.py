@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from services.core.gavel import Allocation, AllocJob, AllocProblem, Objective, allocate
 from services.core.heterogeneity import throughput_row
+from services.core.lp import load_solver
 from services.core.state import UNAVAILABLE, ClusterState, JobState
 
 _MIN_SHARE = 1e-6
@@ -71,6 +72,7 @@ class RoundMechanism:
     ) -> None:
         if not default_duration_s > 0:
             raise ValueError(f"default_duration_s must be > 0, got {default_duration_s}")
+        load_solver()  # SciPy's import, before the first decision (policies do no I/O while deciding)
         self.objective = objective
         self.heterogeneity_aware = heterogeneity_aware
         self.default_duration_s = default_duration_s

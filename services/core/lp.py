@@ -1,9 +1,12 @@
 """Linear programs for policies, solved by HiGHS through SciPy's ``linprog(method="highs")``.
 
 Policies state an LP as a :class:`LinearProgram` (a sparse ``A_ub x <= b_ub`` in coordinate form,
-an objective to minimise, per-variable bounds) and call :func:`solve`. SciPy and NumPy are imported
-inside :func:`solve` on purpose: the services and the CLI import every policy module at start-up
-(the registries' decorators), and SciPy costs ~0.3 s to import; only a round that solves pays it.
+an objective to minimise, per-variable bounds) and call :func:`solve`. SciPy and NumPy are never
+imported with this module: the services and the CLI import every policy module at start-up (the
+registries' decorators), and SciPy costs ~0.3 s to import. :func:`solve` imports them on first use,
+and a policy that will solve calls :func:`load_solver` when it is built, so the import (which reads
+the clock and opens files) happens before its first decision, never inside one: only a process that
+runs an LP policy pays for it.
 
 Pure and deterministic: HiGHS' dual simplex on the same input returns the same vertex (the solver
 is single-threaded here; its random seed is HiGHS' fixed default).
@@ -59,6 +62,12 @@ class LinearProgram:
 class LpSolution:
     objective: float
     x: tuple[float, ...]
+
+
+def load_solver() -> None:
+    """Import SciPy's LP solver now (see the module docstring: policies call it from ``__init__``)."""
+    import scipy.optimize
+    import scipy.sparse  # noqa: F401
 
 
 def solve(problem: LinearProgram) -> LpSolution:

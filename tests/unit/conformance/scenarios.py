@@ -244,6 +244,31 @@ def two_switches() -> Scenario:
     return Scenario("two-switches", _admit(jobs, cluster), cluster)
 
 
+def heterogeneous() -> Scenario:
+    """Three GPU types on three 4-GPU nodes (k80, p100, v100; Gavel's cluster in miniature): jobs of
+    Gavel's models, one with its own per-type throughputs, running on slow and fast types, waiting."""
+    nodes: list[Node] = []
+    gpus: list[Gpu] = []
+    for n, gpu_type in enumerate(("k80", "p100", "v100")):
+        ids = tuple(range(4 * n, 4 * n + 4))
+        nodes.append(Node(f"node-{n}", ids, gpu_type=gpu_type))
+        gpus.extend(Gpu(g, f"node-{n}", i, gpu_type) for i, g in enumerate(ids))
+    cluster = ClusterState(nodes, gpus)
+    own = make_job("own-speeds", seq=4, gpus=2, submit=9_000.0, duration=4_000.0)
+    own.spec = own.spec.model_copy(update={"gpu_throughputs": {"k80": 0.9, "p100": 1.0, "v100": 1.1}})
+    jobs = [
+        make_job("rec-on-v100", seq=0, on=(8,), submit=0.0, started=2_000.0, service=8_000.0, model="recoder",
+                 duration=20_000.0),
+        make_job("cyclegan-on-k80", seq=1, gpus=2, on=(0, 1), submit=100.0, started=5_000.0, service=10_000.0,
+                 model="cyclegan", duration=30_000.0, user="bob"),
+        make_job("resnet-wait", seq=2, gpus=4, submit=8_000.0, model="resnet50", duration=9_000.0),
+        make_job("lstm-wait", seq=3, submit=9_500.0, model="lstm", user="carol"),
+        own,
+    ]
+    offered = [make_job("new-a3c", seq=5, submit=9_900.0, model="a3c", held=True)]
+    return Scenario("heterogeneous", _admit(jobs, cluster), cluster, offered=offered)
+
+
 def random_scenario(seed: int) -> Scenario:
     """A random but consistent snapshot from ``seed``: 1-4 nodes of 1-8 GPUs, 0-14 jobs."""
     rng = random.Random(seed)
@@ -294,6 +319,7 @@ BUILDERS: dict[str, Callable[[], Scenario]] = {
     "full-4x2-te": full_with_te,
     "elastic-links": elastic_links,
     "two-switches": two_switches,
+    "heterogeneous": heterogeneous,
     **{f"random-{seed}": functools.partial(random_scenario, seed) for seed in range(6)},
 }
 """Scenario name -> a function that builds it fresh (each test gets its own objects)."""
