@@ -53,6 +53,7 @@ from services.core.protocols import (
     keeps_running,
 )
 from services.core.round import place_step, rank_step
+from services.core.simulation.goodput_jobs import goodput_speedup
 from services.core.simulation.invariants import InvariantError, check_invariants, snapshot_inputs
 from services.core.simulation.jobs import SimClock, SimJobState
 from services.core.simulation.workload import TraceJob, checked_in_order
@@ -524,6 +525,8 @@ class Simulator:
 
     # --- progress -----------------------------------------------------------------------------
     def _rate(self, job: SimJobState, gpus: tuple[int, ...]) -> float:
+        if (goodput := goodput_speedup(job, gpus, self.cluster)) is not None:  # Pollux's jobs (TraceJob.goodput)
+            return goodput
         requested = job.gpus_requested
         rate = 1.0
         if len(gpus) != requested:
@@ -731,12 +734,17 @@ class Simulator:
             if job is None or job.status is _RUNNING_STATUS or job_id not in active:
                 raise SimulationError(f"plan launches job {job_id!r}, which is not a waiting job")
             for g in gpus:
-                if not 0 <= g < total or holders[g]:
+                if not 0 <= g < total or (holders[g] and not self._may_share(job, g)):
                     raise SimulationError(f"plan puts job {job_id!r} on GPU {g}, which is not free")
             launch(job, gpus if type(gpus) is tuple else tuple(gpus), t)
         if len(self._events) > 2 * len(self._running) + 256:  # once a round, not once a launch
             self._split_stale()
         return bool(plan.launch or plan.suspend or plan.terminate)
+
+    def _may_share(self, job: SimJobState, gpu: int) -> bool:
+        """Whether ``job`` may join the jobs on ``gpu`` (asked only for a GPU that is not free): never
+        here; the packing simulator (``services.core.simulation.packing``) says yes when they fit."""
+        return False
 
     # --- end ----------------------------------------------------------------------------------
     def _finish(self, t: float) -> None:

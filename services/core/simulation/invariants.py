@@ -1,6 +1,7 @@
 """Invariants the simulator checks after every event in debug mode (``SimConfig.debug``).
 
-* no GPU is double-booked, and the cluster's view of who holds which GPU matches the jobs' view;
+* no GPU is double-booked (several jobs on one GPU only where a packing plan put them:
+  ``ClusterState.shared_gpus``), and the cluster's view of who holds which GPU matches the jobs' view;
 * a job that is not running (waiting, held, suspended) holds no GPU;
 * work is conserved: done work is between 0 and the job's total, and productive time never
   exceeds the time since submission (so JCT >= run time);
@@ -40,9 +41,13 @@ def check_invariants(
     now: float,
 ) -> None:
     holders: dict[int, str] = {}
+    shared = cluster.shared_gpus
+    sharing: dict[int, tuple[str, ...]] = {}
     for gpu_id, jobs in enumerate(cluster.gpu_jobs):
         if len(jobs) > 1:
-            raise InvariantError(f"t={now}: GPU {gpu_id} is double-booked by {jobs}")
+            if gpu_id not in shared:  # only a packing plan may put several jobs on one GPU
+                raise InvariantError(f"t={now}: GPU {gpu_id} is double-booked by {jobs}")
+            sharing[gpu_id] = jobs
         if jobs:
             holders[gpu_id] = jobs[0]
     if cluster.free_gpu_count != cluster.total_gpus - len(holders):
@@ -53,7 +58,7 @@ def check_invariants(
             if not job.gpus:
                 raise InvariantError(f"t={now}: running job {job_id} holds no GPU")
             for g in job.gpus:
-                if holders.get(g) != job_id:
+                if holders.get(g) != job_id and job_id not in sharing.get(g, ()):
                     raise InvariantError(
                         f"t={now}: job {job_id} thinks it holds GPU {g}, the cluster says {holders.get(g)}"
                     )
@@ -71,6 +76,7 @@ def check_invariants(
                 f"t={now}: job {job_id} ran {job.executed_time} s since its submission at {job.submit_time}"
             )
         _check_loss(job_id, job, now)
+    held_by_jobs -= sum(len(jobs) - 1 for jobs in sharing.values())  # a shared GPU counts once
     if held_by_jobs != len(holders):
         raise InvariantError(f"t={now}: jobs hold {held_by_jobs} GPUs but the cluster has {len(holders)} busy")
     for job in pending:
