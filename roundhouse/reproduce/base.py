@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+from services.runtime.child_pool import process_pool
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -135,7 +136,8 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list
     ``fn`` and the items must be picklable (module-level functions, plain dataclasses)."""
     if workers <= 1 or len(items) <= 1:
         return [fn(item) for item in items]
-    with ProcessPoolExecutor(max_workers=min(workers, len(items))) as pool:
+    # Workers that exit with this process: a reproduction killed with SIGKILL leaves none running.
+    with process_pool(min(workers, len(items)), start_method=None) as pool:
         return list(pool.map(fn, items))
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from functools import partial
 
 from roundhouse.sim.case import Case, CaseResult, run_case
+from services.runtime.child_pool import process_pool
 
 
 def _executor(cases: int, workers: int | None, ray_address: str | None) -> Executor | None:
@@ -23,7 +24,8 @@ def _executor(cases: int, workers: int | None, ray_address: str | None) -> Execu
 
         return RayExecutor(ray_address)
     limit = workers if workers is not None else min(cases, os.cpu_count() or 1)
-    return ProcessPoolExecutor(max_workers=limit) if limit > 1 else None
+    # Workers that exit with this process: a sweep killed with SIGKILL leaves none running.
+    return process_pool(limit, start_method=None) if limit > 1 else None
 
 
 def run_cases(

@@ -35,9 +35,13 @@ def _watch_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def process_pool(max_workers: int) -> ProcessPoolExecutor:
-    """A pool of ``spawn``-started workers (a fork would copy the caller's event loop and NATS
-    connection) that exit with the calling process."""
+def process_pool(max_workers: int, *, start_method: str | None = "spawn") -> ProcessPoolExecutor:
+    """A pool whose workers exit with the calling process.
+
+    ``start_method``: ``spawn`` by default (a fork would copy a service's event loop and NATS
+    connection); None takes the platform's default, which the CLI's sweeps and reproductions keep
+    (they hold no connection, and a fork carries policies a caller registered at run time)."""
+    context = get_context(start_method)
     return ProcessPoolExecutor(
-        max_workers=max_workers, mp_context=get_context("spawn"), initializer=_watch_parent, initargs=(os.getpid(),)
+        max_workers=max_workers, mp_context=context, initializer=_watch_parent, initargs=(os.getpid(),)
     )

@@ -29,6 +29,8 @@ def pid() -> int:
 if __name__ == "__main__":
     if sys.argv[1] == "child_pool":
         pool = process_pool(max_workers=1)
+    elif sys.argv[1] == "child_pool_fork":  # what sweeps and reproductions use
+        pool = process_pool(max_workers=1, start_method="fork")
     else:
         pool = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"))
     print(pool.submit(pid).result(), flush=True)
@@ -71,6 +73,13 @@ def _gone_within(pid: int, seconds: float) -> bool:
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to tell a zombie from a live process")
 def test_a_worker_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
     worker = _worker_of_killed_parent("child_pool", tmp_path)
+    assert _gone_within(worker, 15.0), f"worker {worker} outlived its killed parent"
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to tell a zombie from a live process")
+def test_a_forked_worker_exits_when_its_parent_is_killed(tmp_path: Path) -> None:
+    # The platform default on Linux, which `roundhouse simulate` sweeps and `reproduce` keep.
+    worker = _worker_of_killed_parent("child_pool_fork", tmp_path)
     assert _gone_within(worker, 15.0), f"worker {worker} outlived its killed parent"
 
 
