@@ -51,11 +51,11 @@ SOURCE = "Blox (Agarwal, Phanishayee, Venkataraman; EuroSys '24), Figs. 10-11 an
 NODES, GPUS_PER_NODE = 8, 4
 RATE_FACTOR = NODES * GPUS_PER_NODE / 128
 """Our jobs/h per Blox jobs/h (Blox: 128 GPUs)."""
-LOADS: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0, 5.0)
+LOADS: tuple[float, ...] = (1.0, 2.0, 3.0, 4.0)
 QUICK_LOADS: tuple[float, ...] = (2.0, 4.0)
-TRACK = (200, 599)
+TRACK = (200, 499)
 QUICK_TRACK = (100, 299)
-SEEDS = 3
+SEEDS = 2
 UPLINKS: tuple[float, ...] = (10.0, 25.0, 100.0, 400.0)
 SENSITIVE_BELOW = 0.9
 """A model whose two-node spread runs below this fraction of its compact speed is placement sensitive."""
