@@ -1,4 +1,5 @@
-"""Cluster shapes for the simulator: ``NODESxGPUS`` strings and Tiresias cluster spec files."""
+"""Cluster shapes for the simulator: ``NODESxGPUS`` strings, typed ``TYPE:NODESxGPUS,...`` strings
+(a heterogeneous cluster, e.g. Gavel's ``k80:3x4,p100:3x4,v100:3x4``) and Tiresias cluster spec files."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import csv
 import re
 from pathlib import Path
 
+from services.core.heterogeneity import normalize_gpu_type
 from services.core.state import ClusterState, Gpu, Node
 
 
@@ -30,6 +32,45 @@ def parse_shape(text: str) -> tuple[int, int]:
 def uniform_cluster(text: str) -> ClusterState:
     nodes, gpus = parse_shape(text)
     return ClusterState.uniform(nodes, gpus)
+
+
+def parse_typed(text: str) -> list[tuple[str, int, int]]:
+    """``"k80:8x4,v100:2x8"`` -> ``[("k80", 8, 4), ("v100", 2, 8)]`` (types normalised, as a node's
+    inventory reports them: ``services.core.heterogeneity.normalize_gpu_type``). A part without
+    ``TYPE:`` is ``generic``; a bare ``NODESxGPUS`` is one such part."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):
+        raise ClusterSpecError(f"cluster must look like TYPE:NODESxGPUS[,TYPE:NODESxGPUS...], got {text!r}")
+    groups: list[tuple[str, int, int]] = []
+    for part in parts:
+        name, sep, shape = part.rpartition(":")
+        if sep and not name.strip():
+            raise ClusterSpecError(f"empty GPU type in {part!r} of {text!r} (TYPE:NODESxGPUS)")
+        gpu_type = normalize_gpu_type(name) if sep else "generic"
+        nodes, gpus = parse_shape(shape)
+        groups.append((gpu_type, nodes, gpus))
+    return groups
+
+
+def typed_cluster(text: str) -> ClusterState:
+    """A cluster of typed node groups (``parse_typed``), nodes numbered in the order given."""
+    node_list: list[Node] = []
+    gpu_list: list[Gpu] = []
+    for gpu_type, nodes, gpus in parse_typed(text):
+        for _ in range(nodes):
+            node_id = f"node-{len(node_list)}"
+            first = len(gpu_list)
+            ids = tuple(range(first, first + gpus))
+            node_list.append(Node(node_id, ids, gpu_type=gpu_type))
+            gpu_list.extend(Gpu(g, node_id, i, gpu_type) for i, g in enumerate(ids))
+    return ClusterState(node_list, gpu_list)
+
+
+def cluster_from_text(text: str) -> ClusterState:
+    """``NODESxGPUS`` (a ``generic`` cluster, as ``uniform_cluster``) or the typed form."""
+    if ":" in text or "," in text:
+        return typed_cluster(text)
+    return uniform_cluster(text)
 
 
 def read_tiresias_spec(path: Path) -> ClusterState:

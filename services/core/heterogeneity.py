@@ -33,6 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final
 
+from schemas.job import JobSpec
+
 REFERENCE_TYPE: Final = "v100"
 """The type trace durations are measured on (throughput 1.0 for every model)."""
 
@@ -191,3 +193,7 @@ class HeterogeneityModel:
         if cached is None:
             cached = self._cache[key] = min(relative_throughput(t, model=model, throughputs=throughputs) for t in types)
         return cached
+
+    def job_factor(self, spec: JobSpec, gpus: Iterable[int]) -> float:
+        """``factor`` for a job of ``spec`` (its model and its own ``gpu_throughputs``)."""
+        return self.factor(gpus, model=spec.model, throughputs=spec.gpu_throughputs)

@@ -36,6 +36,7 @@ from typing import Protocol
 
 from services.core.costs import CostModel
 from services.core.decisions import Plan
+from services.core.heterogeneity import HeterogeneityModel
 from services.core.lifecycle import admit as admit_job
 from services.core.lifecycle import finish as finish_job
 from services.core.lifecycle import launch as launch_job
@@ -115,6 +116,10 @@ class SimConfig:
     """Derive a multi-GPU job's rate from its model's gradient size and the link bandwidths of the
     GPUs it holds (``services.core.network``) instead of the cost model's fixed ``spread_slowdown``.
     None (the default): the fixed slowdown, as before."""
+    heterogeneity: bool = False
+    """Make a job's progress rate depend on the GPU types it holds: its throughput on the slowest of
+    them (``services.core.heterogeneity``: its spec's ``gpu_throughputs``, else its model's in Gavel's
+    table). Off by default: every GPU runs every job at the trace's speed, results unchanged."""
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -238,6 +243,7 @@ class Simulator:
         )
         self._fast = self._keyed is not None and keeps_running(placement)
         self._preemptive = is_preemptive(scheduling)
+        self._hetero = HeterogeneityModel([g.gpu_type for g in cluster.gpus]) if self.config.heterogeneity else None
         self._accepts_all = accepts_all(admission) and self.config.fast_paths and not self.config.debug
         """Admit offered jobs without asking the policy, which promised to accept them all (its
         ``Admission`` would list them in the order offered; a debug run asks it anyway)."""
@@ -525,20 +531,21 @@ class Simulator:
 
     # --- progress -----------------------------------------------------------------------------
     def _rate(self, job: SimJobState, gpus: tuple[int, ...]) -> float:
+        speed = 1.0 if self._hetero is None else self._hetero.job_factor(job.spec, gpus)  # GPU types (off: 1)
         if (goodput := goodput_speedup(job, gpus, self.cluster)) is not None:  # Pollux's jobs (TraceJob.goodput)
-            return goodput
+            return goodput * speed
         requested = job.gpus_requested
         rate = 1.0
         if len(gpus) != requested:
             rate = (len(gpus) / requested) ** job.costs.scaling_exponent
         network = self.config.network
         if network is not None:  # replaces the fixed spread slowdown below
-            return rate * network.speed(job.spec.model, gpus, self.cluster)
+            return rate * speed * network.speed(job.spec.model, gpus, self.cluster)
         if len(gpus) > 1:
             needed = -(-len(gpus) // max(1, self.cluster.largest_node_gpus))
             if self.cluster.nodes_spanned(gpus) > needed:
                 rate /= job.costs.spread_slowdown
-        return rate
+        return rate * speed
 
     def _launch(self, job: SimJobState, gpus: tuple[int, ...], t: float) -> None:
         job_id = job.job_id
@@ -583,7 +590,7 @@ class Simulator:
         job.alloc_since = start
         version = job.version = job.version + 1
         launch_job(job, t, gpus, start)  # decided at ``t``, first started at ``start``
-        rate = 1.0 if n == 1 and job.gpus_requested == 1 else self._rate(job, gpus)
+        rate = 1.0 if n == 1 and job.gpus_requested == 1 and self._hetero is None else self._rate(job, gpus)
         productive_from = start + overhead
         # ``job.start_line(productive_from, rate)``, inline (a call per launch saved):
         job.productive_from = productive_from
