@@ -135,7 +135,7 @@ class PackingSimulator(Simulator):
                 if len(on_gpu) > 1:
                     rates = model.rates(tuple(jobs[h].spec.model for h in on_gpu))
                     factor = min(factor, rates[on_gpu.index(job_id)])
-            base = 1.0 if len(gpus) == 1 and job.gpus_requested == 1 else self._rate(job, gpus)
+            base = 1.0 if len(gpus) == 1 and job.gpus_requested == 1 and self._hetero is None else self._rate(job, gpus)
             rate = base * factor
             job.iteration_time_s = self._solo_iteration_s(job) / rate
             if rate == job.rate:
