@@ -50,10 +50,16 @@ Choices where the summary is silent, and why:
   included, over GPUs x simulated time, whole run) and, over the overload period only, the held
   and the productive share (``_FeedbackSimulator`` records every allocation interval).
 
-Not simulated: **packing** (two jobs on one GPU at once). The simulator runs one job per GPU and
-refuses a plan that launches a job on a held GPU, and its progress model has no interference rate,
-so the placement runs without ``profiles`` (no packing). Grow-shrink needs elastic jobs
-(``spec.max_gpus``), which ``philly-synthetic`` does not make, so it does not act either.
+* **gandiva-packing** (issue 17): the same as **gandiva**, with packing on: the placement gets the
+  per-model ``profiles`` of ``services.core.packing`` (utilization, memory, solo mini-batch time)
+  and the simulator is ``PackingSimulator`` (several jobs per GPU when memory fits, co-tenants
+  slowed by the utilization-sum + contention model, mini-batch times reported for the policy's
+  introspection, each GPU counted once in utilization). Its overload-period utilization is the
+  per-GPU union of the simulator's own held / productive intervals (they include the idle
+  reservation of a launch waiting for a checkpoint, which ``_FeedbackSimulator``'s list omits).
+
+Grow-shrink needs elastic jobs (``spec.max_gpus``), which ``philly-synthetic`` does not make, so it
+does not act.
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,10 +76,12 @@ from roundhouse.sim.cluster import uniform_cluster
 from roundhouse.sim.report import summarize
 from roundhouse.sim.synthetic import GAVEL_GPU_COUNTS, GpuCounts, PhillySynthetic
 from services.core.decisions import Plan
+from services.core.packing import PackingModel
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
-from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.engine import SimConfig
 from services.core.simulation.jobs import SimJobState
+from services.core.simulation.packing import PackingSimulator
 from services.core.simulation.stats import percentile
 
 LOAD = 2.0
@@ -88,7 +96,13 @@ LONG_QUANTUM_S = 300.0
 FEEDBACK_WORK_S = 300.0
 """First feedback: this many seconds of a job's standalone work (its first N iterations)."""
 
-POLICIES: dict[str, tuple[str, str]] = {"gandiva": ("rr", "gandiva"), "fifo": ("fifo", "consolidated")}
+POLICIES: dict[str, tuple[str, str]] = {
+    "gandiva": ("rr", "gandiva"),
+    "fifo": ("fifo", "consolidated"),
+    "gandiva-packing": ("rr", "gandiva"),
+}
+PACKING = {"gandiva-packing"}
+"""Policy sets run with packing on (profiles for the placement, ``PackingSimulator`` with a model)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +132,13 @@ def jobs_per_hour(total_gpus: int, load: float = LOAD) -> float:
     return load * total_gpus * 3600.0 / (mean_gpus * mean_duration_s())
 
 
-class _FeedbackSimulator(Simulator):
+class _FeedbackSimulator(PackingSimulator):
     """The simulator, plus exact times to first feedback, allocation intervals and migrations.
 
     It reads the engine's ``_launch`` / ``_release`` / ``_apply`` (the simulator records no
-    per-job progress milestone of its own; see the module docstring)."""
+    per-job progress milestone of its own; see the module docstring), and the packing simulator's
+    ``_rerate`` (a packed job's rate changes while it runs). With ``packing=None`` the packing
+    simulator is the engine, bit for bit."""
 
     def __init__(self, *args: Any, feedback_work_s: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -143,6 +159,19 @@ class _FeedbackSimulator(Simulator):
         if job.trace is not None and job.trace.index not in self.feedback:
             # progress resumes at productive_from at this rate: when the target would be reached
             self._expected[job.job_id] = job.productive_from + (self._target(job) - job.done0) / job.rate
+
+    def _rerate(self, job_ids: Iterable[str], t: float) -> None:
+        # A co-tenant came or went: a target reached under the old rate was reached then; one not
+        # yet reached is reached at the new rate, from the re-drawn line.
+        ids = sorted(job_ids)
+        pending = [self._jobs[j] for j in ids if j in self._expected]
+        for job in pending:
+            if self._expected[job.job_id] <= t and job.trace is not None:
+                self.feedback[job.trace.index] = self._expected.pop(job.job_id) - job.submit_time
+        super()._rerate(ids, t)
+        for job in pending:
+            if job.job_id in self._expected:
+                self._expected[job.job_id] = job.productive_from + (self._target(job) - job.done0) / job.rate
 
     def _release(self, job: SimJobState, t: float, checkpoint: bool) -> None:
         n = len(job.gpus)
@@ -180,18 +209,20 @@ def run_one(run: Run) -> dict[str, Any]:
     """One burst under one policy: per-job feedback times and the run's summary."""
     cluster = uniform_cluster(run.cluster)
     rate = jobs_per_hour(cluster.total_gpus)
-    workload = list(PhillySynthetic(jobs_per_hour=rate, seed=run.seed, gpu_counts=GpuCounts.gavel(),
-                                    num_jobs=run.jobs))
+    workload = list(PhillySynthetic(jobs_per_hour=rate, seed=run.seed, gpu_counts=GpuCounts.gavel(), num_jobs=run.jobs))
     ranking, placement = POLICIES[run.policy]
     scheduling = SCHEDULING.create(ranking, quantum_s=run.quantum_s) if ranking == "rr" else SCHEDULING.create(ranking)
+    packing = PackingModel() if run.policy in PACKING else None
+    placer = PLACEMENT.create(placement, profiles=packing.policy_profiles()) if packing else PLACEMENT.create(placement)
     sim = _FeedbackSimulator(
         workload,
         cluster,
         admission=ADMISSION.create("accept-all"),
         scheduling=scheduling,
-        placement=PLACEMENT.create(placement),
+        placement=placer,
         config=SimConfig(round_s=run.quantum_s, extra_triggers=Trigger.CHURN),
         feedback_work_s=FEEDBACK_WORK_S,
+        packing=packing,
     )
     started = time.perf_counter()
     out = sim.run()
@@ -202,27 +233,48 @@ def run_one(run: Run) -> dict[str, Any]:
     feedback = sorted(sim.feedback.values())
     first, last = workload[0].arrival_s, workload[-1].arrival_s
     gpus = cluster.total_gpus
+    if packing is not None:  # each GPU once, however many jobs it held
+        window = gpus * (last - first)
+        overload_held = sim.gpu_seconds(sim.held_intervals, first, last) / window
+        overload_productive = sim.gpu_seconds(sim.productive_intervals, first, last) / window
+    else:
+        overload_held = _share(sim.held, first, last, gpus)
+        overload_productive = _share(sim.productive, first, last, gpus)
     return {
-        "policy": run.policy, "seed": run.seed, "quantum_s": run.quantum_s, "cluster": run.cluster,
-        "jobs": run.jobs, "jobs_per_hour": rate, "overload_period_s": [first, last],
+        "policy": run.policy,
+        "seed": run.seed,
+        "quantum_s": run.quantum_s,
+        "cluster": run.cluster,
+        "jobs": run.jobs,
+        "jobs_per_hour": rate,
+        "overload_period_s": [first, last],
         "feedback_mean_s": statistics.fmean(feedback),
         "feedback_median_s": percentile(feedback, 50),
         "feedback_p95_s": percentile(feedback, 95),
-        "avg_jct_s": report["avg_jct_s"], "p95_jct_s": report["p95_jct_s"],
+        "avg_jct_s": report["avg_jct_s"],
+        "p95_jct_s": report["p95_jct_s"],
         "avg_responsiveness_s": report["avg_responsiveness_s"],
-        "utilization": report["utilization"], "productive_utilization": report["productive_utilization"],
-        "overload_utilization": _share(sim.held, first, last, gpus),
-        "overload_productive_utilization": _share(sim.productive, first, last, gpus),
-        "makespan_s": report["makespan_s"], "preemptions": report["preemptions"],
-        "migrations": sim.migrations, "lost_work_gpu_s": report["lost_work_gpu_s"],
-        "rounds": report["rounds"], "wall_s": wall,
+        "utilization": report["utilization"],
+        "productive_utilization": report["productive_utilization"],
+        "overload_utilization": overload_held,
+        "overload_productive_utilization": overload_productive,
+        "packed_launches": sim.packed_launches,
+        "unpacked_pairs": getattr(sim.placement, "unpacked", 0),
+        "makespan_s": report["makespan_s"],
+        "preemptions": report["preemptions"],
+        "migrations": sim.migrations,
+        "lost_work_gpu_s": report["lost_work_gpu_s"],
+        "rounds": report["rounds"],
+        "wall_s": wall,
     }
 
 
 def _runs(options: Options, scale: Scale) -> list[Run]:
     return [
         Run(policy, options.seed + k, scale.cluster, scale.jobs, quantum)
-        for quantum in scale.quanta for k in range(scale.seeds) for policy in POLICIES
+        for quantum in scale.quanta
+        for k in range(scale.seeds)
+        for policy in POLICIES
     ]
 
 
@@ -231,12 +283,81 @@ def _mean(rows: Sequence[dict[str, Any]], key: str) -> float:
 
 
 def _summary(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    keys = ("feedback_mean_s", "feedback_median_s", "feedback_p95_s", "avg_jct_s", "p95_jct_s",
-            "avg_responsiveness_s", "utilization", "productive_utilization", "overload_utilization",
-            "overload_productive_utilization", "preemptions", "migrations", "lost_work_gpu_s", "makespan_s")
+    keys = (
+        "feedback_mean_s",
+        "feedback_median_s",
+        "feedback_p95_s",
+        "avg_jct_s",
+        "p95_jct_s",
+        "avg_responsiveness_s",
+        "utilization",
+        "productive_utilization",
+        "overload_utilization",
+        "overload_productive_utilization",
+        "preemptions",
+        "migrations",
+        "lost_work_gpu_s",
+        "makespan_s",
+        "packed_launches",
+        "unpacked_pairs",
+    )
     return {
-        policy: {key: _mean([r for r in rows if r["policy"] == policy], key) for key in keys}
-        for policy in POLICIES
+        policy: {key: _mean([r for r in rows if r["policy"] == policy], key) for key in keys} for policy in POLICIES
+    }
+
+
+def _packing_metrics(p: dict[str, float], g: dict[str, float], f: dict[str, float], suffix: str) -> dict[str, Metric]:
+    """Gandiva with packing against Gandiva without it and FIFO (one quantum's means)."""
+    quantum = f"{LONG_QUANTUM_S:g} s quantum" if suffix else f"{QUANTUM_S:g} s quantum"
+    return {
+        f"packing_utilization_change_pct{suffix}": Metric(
+            ours=relative_change_pct(p["utilization"], f["utilization"]),
+            paper=None,
+            unit="%",
+            description=(
+                f"held GPU utilization (each GPU once, whole run), Gandiva with packing vs FIFO, {quantum}; "
+                "the full paper's abstract: +26% aggregate utilization (production cluster), no "
+                "number in the seed summary"
+            ),
+            note=(
+                f"{p['utilization']:.3f} vs FIFO {f['utilization']:.3f} (Gandiva without packing "
+                f"{g['utilization']:.3f})"
+            ),
+        ),
+        f"packing_productive_utilization_change_pct{suffix}": Metric(
+            ours=relative_change_pct(p["productive_utilization"], f["productive_utilization"]),
+            paper=None,
+            unit="%",
+            description=(
+                f"productive GPU utilization (each GPU once, whole run), Gandiva with packing vs FIFO, {quantum}"
+            ),
+            note=(
+                f"{p['productive_utilization']:.3f} vs FIFO {f['productive_utilization']:.3f} (Gandiva without "
+                f"packing {g['productive_utilization']:.3f}); overload period held / productive "
+                f"{p['overload_utilization']:.3f} / {p['overload_productive_utilization']:.3f}"
+            ),
+        ),
+        f"packing_feedback_mean_change_pct{suffix}": Metric(
+            ours=relative_change_pct(p["feedback_mean_s"], g["feedback_mean_s"]),
+            paper=None,
+            unit="%",
+            description=f"mean time to first feedback, Gandiva with packing vs without, {quantum}",
+            note=(
+                f"{p['feedback_mean_s'] / 3600:.2f} h vs {g['feedback_mean_s'] / 3600:.2f} h (FIFO "
+                f"{f['feedback_mean_s'] / 3600:.2f} h); avg JCT {p['avg_jct_s'] / 3600:.2f} h vs "
+                f"{g['avg_jct_s'] / 3600:.2f} h (FIFO {f['avg_jct_s'] / 3600:.2f} h)"
+            ),
+        ),
+        f"packing_launches{suffix}": Metric(
+            ours=p["packed_launches"],
+            paper=None,
+            unit="count",
+            description=f"launches onto a GPU another job held (packings) per run, {quantum}",
+            note=(
+                f"pairs unpacked by introspection (packed throughput <= time-slicing): {p['unpacked_pairs']:.1f}; "
+                f"suspensions {p['preemptions']:.0f} vs {g['preemptions']:.0f} without packing"
+            ),
+        ),
     }
 
 
@@ -246,9 +367,7 @@ def run(options: Options) -> ReproResult:
     started = time.perf_counter()
     runs = _runs(options, scale)
     rows = parallel_map(run_one, runs, options.workers)
-    variants = {
-        f"quantum_{q:g}s": _summary([r for r in rows if r["quantum_s"] == q]) for q in scale.quanta
-    }
+    variants = {f"quantum_{q:g}s": _summary([r for r in rows if r["quantum_s"] == q]) for q in scale.quanta}
     main = variants[f"quantum_{QUANTUM_S:g}s"]
     g, f = main["gandiva"], main["fifo"]
     cost_note = (
@@ -257,70 +376,111 @@ def run(options: Options) -> ReproResult:
     )
     metrics = {
         "feedback_mean_change_pct": Metric(
-            ours=relative_change_pct(g["feedback_mean_s"], f["feedback_mean_s"]), paper=None, unit="%",
-            description=(f"mean time to first feedback ({FEEDBACK_WORK_S:g} s of a job's work), Gandiva (rr + "
-                         "gandiva) vs FIFO under overload; the paper claims lower (early feedback), no number"),
+            ours=relative_change_pct(g["feedback_mean_s"], f["feedback_mean_s"]),
+            paper=None,
+            unit="%",
+            description=(
+                f"mean time to first feedback ({FEEDBACK_WORK_S:g} s of a job's work), Gandiva (rr + "
+                "gandiva) vs FIFO under overload; the paper claims lower (early feedback), no number"
+            ),
             note=f"{g['feedback_mean_s'] / 3600:.2f} h vs {f['feedback_mean_s'] / 3600:.2f} h; {cost_note}",
         ),
         "feedback_median_change_pct": Metric(
-            ours=relative_change_pct(g["feedback_median_s"], f["feedback_median_s"]), paper=None, unit="%",
+            ours=relative_change_pct(g["feedback_median_s"], f["feedback_median_s"]),
+            paper=None,
+            unit="%",
             description="median time to first feedback, Gandiva vs FIFO under overload (paper: lower, no number)",
             note=f"{g['feedback_median_s'] / 60:.1f} min vs {f['feedback_median_s'] / 60:.1f} min",
         ),
         "feedback_p95_change_pct": Metric(
-            ours=relative_change_pct(g["feedback_p95_s"], f["feedback_p95_s"]), paper=None, unit="%",
+            ours=relative_change_pct(g["feedback_p95_s"], f["feedback_p95_s"]),
+            paper=None,
+            unit="%",
             description="p95 time to first feedback, Gandiva vs FIFO under overload (paper: lower, no number)",
             note=f"{g['feedback_p95_s'] / 3600:.2f} h vs {f['feedback_p95_s'] / 3600:.2f} h",
         ),
         "utilization_change_pct": Metric(
-            ours=relative_change_pct(g["utilization"], f["utilization"]), paper=None, unit="%",
-            description=("cluster GPU utilization (held GPU-seconds incl. checkpoint/restore, whole run), Gandiva "
-                         "vs FIFO; the paper claims higher utilization (from packing, migration, grow-shrink)"),
-            note=(f"{g['utilization']:.3f} vs {f['utilization']:.3f}; productive {g['productive_utilization']:.3f} "
-                  f"vs {f['productive_utilization']:.3f}. Packing is not simulated (one job per GPU), so the "
-                  "paper's main utilization lever is absent; the whole run includes the drain after the burst. "
-                  "The full paper's abstract reports +26% aggregate utilization on a 180-GPU production "
-                  "cluster; the seed summary gives no number"),
+            ours=relative_change_pct(g["utilization"], f["utilization"]),
+            paper=None,
+            unit="%",
+            description=(
+                "cluster GPU utilization (held GPU-seconds incl. checkpoint/restore, whole run), Gandiva "
+                "vs FIFO; the paper claims higher utilization (from packing, migration, grow-shrink)"
+            ),
+            note=(
+                f"{g['utilization']:.3f} vs {f['utilization']:.3f}; productive {g['productive_utilization']:.3f} "
+                f"vs {f['productive_utilization']:.3f}. Without packing (gandiva-packing below has it); the "
+                "whole run includes the drain after the burst. The full paper's abstract reports +26% "
+                "aggregate utilization on a 180-GPU production cluster; the seed summary gives no number"
+            ),
         ),
         "overload_utilization_gandiva": Metric(
-            ours=g["overload_utilization"], paper=None, unit="fraction",
+            ours=g["overload_utilization"],
+            paper=None,
+            unit="fraction",
             description="GPU utilization (held) during the overload period (first to last arrival), Gandiva",
             note=f"productive share {g['overload_productive_utilization']:.3f}",
         ),
         "overload_utilization_fifo": Metric(
-            ours=f["overload_utilization"], paper=None, unit="fraction",
+            ours=f["overload_utilization"],
+            paper=None,
+            unit="fraction",
             description="GPU utilization (held) during the overload period, FIFO (strict order: head-of-line "
-                        "blocking leaves GPUs idle)",
+            "blocking leaves GPUs idle)",
             note=f"productive share {f['overload_productive_utilization']:.3f}",
         ),
         "avg_jct_change_pct": Metric(
-            ours=relative_change_pct(g["avg_jct_s"], f["avg_jct_s"]), paper=None, unit="%",
+            ours=relative_change_pct(g["avg_jct_s"], f["avg_jct_s"]),
+            paper=None,
+            unit="%",
             description="average JCT, Gandiva vs FIFO (context; the paper makes no JCT claim for time-slicing)",
             note=f"{g['avg_jct_s'] / 3600:.2f} h vs {f['avg_jct_s'] / 3600:.2f} h",
         ),
         "gandiva_preemptions": Metric(
-            ours=g["preemptions"], paper=None, unit="count",
+            ours=g["preemptions"],
+            paper=None,
+            unit="count",
             description="suspensions (time-slicing and migration) per run, Gandiva",
             note=f"of which migrations {g['migrations']:.0f}; lost work {g['lost_work_gpu_s'] / 3600:.0f} GPU-h",
         ),
     }
+    p = main["gandiva-packing"]
+    metrics.update(_packing_metrics(p, g, f, ""))
     long_key = f"quantum_{LONG_QUANTUM_S:g}s"
     if long_key in variants:
+        metrics.update(
+            _packing_metrics(
+                variants[long_key]["gandiva-packing"],
+                variants[long_key]["gandiva"],
+                variants[long_key]["fifo"],
+                "_q300",
+            )
+        )
         lg, lf = variants[long_key]["gandiva"], variants[long_key]["fifo"]
         metrics["feedback_mean_change_pct_q300"] = Metric(
-            ours=relative_change_pct(lg["feedback_mean_s"], lf["feedback_mean_s"]), paper=None, unit="%",
+            ours=relative_change_pct(lg["feedback_mean_s"], lf["feedback_mean_s"]),
+            paper=None,
+            unit="%",
             description=f"mean time to first feedback, Gandiva vs FIFO, {LONG_QUANTUM_S:g} s quantum (paper: lower)",
-            note=(f"{lg['feedback_mean_s'] / 3600:.2f} h vs {lf['feedback_mean_s'] / 3600:.2f} h; median "
-                  f"{lg['feedback_median_s'] / 60:.1f} vs {lf['feedback_median_s'] / 60:.1f} min"),
+            note=(
+                f"{lg['feedback_mean_s'] / 3600:.2f} h vs {lf['feedback_mean_s'] / 3600:.2f} h; median "
+                f"{lg['feedback_median_s'] / 60:.1f} vs {lf['feedback_median_s'] / 60:.1f} min"
+            ),
         )
         metrics["utilization_change_pct_q300"] = Metric(
-            ours=relative_change_pct(lg["utilization"], lf["utilization"]), paper=None, unit="%",
+            ours=relative_change_pct(lg["utilization"], lf["utilization"]),
+            paper=None,
+            unit="%",
             description=f"cluster GPU utilization, Gandiva vs FIFO, {LONG_QUANTUM_S:g} s quantum (paper: higher)",
-            note=(f"{lg['utilization']:.3f} vs {lf['utilization']:.3f}; productive "
-                  f"{lg['productive_utilization']:.3f} vs {lf['productive_utilization']:.3f}"),
+            note=(
+                f"{lg['utilization']:.3f} vs {lf['utilization']:.3f}; productive "
+                f"{lg['productive_utilization']:.3f} vs {lf['productive_utilization']:.3f}"
+            ),
         )
         metrics["avg_jct_change_pct_q300"] = Metric(
-            ours=relative_change_pct(lg["avg_jct_s"], lf["avg_jct_s"]), paper=None, unit="%",
+            ours=relative_change_pct(lg["avg_jct_s"], lf["avg_jct_s"]),
+            paper=None,
+            unit="%",
             description=f"average JCT, Gandiva vs FIFO, {LONG_QUANTUM_S:g} s quantum (context)",
             note=f"{lg['avg_jct_s'] / 3600:.2f} h vs {lf['avg_jct_s'] / 3600:.2f} h",
         )
@@ -335,12 +495,20 @@ def run(options: Options) -> ReproResult:
         metrics=metrics,
         details={
             "setup": {
-                "cluster": scale.cluster, "jobs": scale.jobs, "seeds": scale.seeds, "load": LOAD,
+                "cluster": scale.cluster,
+                "jobs": scale.jobs,
+                "seeds": scale.seeds,
+                "load": LOAD,
                 "jobs_per_hour": jobs_per_hour(uniform_cluster(scale.cluster).total_gpus),
-                "workload": "philly-synthetic, Gavel GPU mix", "quantum_s": QUANTUM_S,
-                "feedback_work_s": FEEDBACK_WORK_S, "costs": "default CostModel (never free)",
+                "workload": "philly-synthetic, Gavel GPU mix",
+                "quantum_s": QUANTUM_S,
+                "feedback_work_s": FEEDBACK_WORK_S,
+                "costs": "default CostModel (never free)",
                 "policies": {name: {"scheduling": s, "placement": p} for name, (s, p) in POLICIES.items()},
-                "packing": "not simulated (one job per GPU in the simulator)",
+                "packing": (
+                    "gandiva-packing only: services.core.packing.PackingModel() (default profiles), "
+                    "PackingSimulator; the other two run one job per GPU"
+                ),
             },
             "variants": variants,
             "runs": rows,

@@ -45,7 +45,7 @@ Interval = tuple[float, float]
 class PackingSimulator(Simulator):
     """``Simulator`` that lets a packing plan share GPUs (see the module docstring)."""
 
-    def __init__(self, *args: Any, packing: PackingModel | None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, packing: PackingModel | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.packing = packing
         n = self.cluster.total_gpus

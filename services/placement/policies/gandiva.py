@@ -73,8 +73,9 @@ class _Profile:
     def __init__(self, model: str, raw: Mapping[str, Any]) -> None:
         unknown = set(raw) - {"gpu_util", "gpu_mem_mb", "solo_iteration_s"}
         if unknown:
-            raise ValueError(f"profile {model!r}: unknown keys {sorted(unknown)}; use gpu_util, gpu_mem_mb, "
-                             "solo_iteration_s")
+            raise ValueError(
+                f"profile {model!r}: unknown keys {sorted(unknown)}; use gpu_util, gpu_mem_mb, solo_iteration_s"
+            )
         self.gpu_util = float(raw.get("gpu_util", 1.0))
         self.gpu_mem_mb = float(raw.get("gpu_mem_mb", math.inf))
         solo = raw.get("solo_iteration_s")
@@ -111,6 +112,8 @@ class Gandiva:
         self._solo: dict[str, float] = {}
         self._bad_pairs: set[frozenset[str]] = set()
         self._idle_since: dict[int, float] = {}
+        self.unpacked = 0
+        """Packed pairs found losing to time-slicing so far (introspection; a count for reports)."""
 
     # --- introspection -----------------------------------------------------------------------
     @property
@@ -121,9 +124,7 @@ class Gandiva:
     def failed_pairs(self) -> set[frozenset[str]]:
         return set(self._bad_pairs)
 
-    def place(
-        self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float
-    ) -> Placement:
+    def place(self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Placement:
         terminate = ranking.terminate
         live = {j: job for j, job in jobs.items() if j not in terminate}
         self._observe(live, cluster)
@@ -149,8 +150,7 @@ class Gandiva:
             elif (
                 not job.is_running and unhomed >= len(old) and any(shares[g] > 1 for g in old)
             ):  # time-sliced while GPUs are free: move it there (a resume elsewhere costs no more)
-                gpus = self._allocate(job, {j: h for j, h in home.items() if j != job_id}, cluster,
-                                      oversubscribe=False)
+                gpus = self._allocate(job, {j: h for j, h in home.items() if j != job_id}, cluster, oversubscribe=False)
             else:
                 continue
             if gpus is None:
@@ -169,9 +169,7 @@ class Gandiva:
         runs = self._time_slice(ranking, live, home, cluster)
         self._grow(runs, live, home, cluster, now)
         launch = {j: g for j, g in runs.items() if tuple(sorted(g)) != tuple(sorted(live[j].gpus))}
-        suspend = tuple(
-            j for j, job in live.items() if job.is_running and (j not in runs or j in launch)
-        )
+        suspend = tuple(j for j, job in live.items() if job.is_running and (j not in runs or j in launch))
         return Placement(allocation=runs, plan=Plan(launch=launch, suspend=suspend, terminate=dict(terminate)))
 
     # --- 0: what the last round produced -----------------------------------------------------
@@ -188,12 +186,16 @@ class Gandiva:
                     break
                 throughput += solo / packed
             else:
-                if throughput <= 1.0:  # time-slicing would do at least as well
+                if throughput <= 1.0 and frozenset(gpu_jobs) not in self._bad_pairs:  # time-slicing is no worse
                     self._bad_pairs.add(frozenset(gpu_jobs))
+                    self.unpacked += 1
         for job_id, job in live.items():
-            if job.is_running and job.iteration_time_s is not None and all(
-                cluster.gpu_jobs[g] == (job_id,) for g in job.gpus
-            ) and len(job.gpus) == job.spec.gpus:
+            if (
+                job.is_running
+                and job.iteration_time_s is not None
+                and all(cluster.gpu_jobs[g] == (job_id,) for g in job.gpus)
+                and len(job.gpus) == job.spec.gpus
+            ):
                 self._solo[job_id] = job.iteration_time_s
         self._solo = {j: t for j, t in self._solo.items() if j in live}
         self._bad_pairs = {p for p in self._bad_pairs if all(j in live for j in p)}
@@ -221,7 +223,11 @@ class Gandiva:
         return home
 
     def _allocate(
-        self, job: JobState, home: Mapping[str, tuple[int, ...]], cluster: ClusterState, *,
+        self,
+        job: JobState,
+        home: Mapping[str, tuple[int, ...]],
+        cluster: ClusterState,
+        *,
         oversubscribe: bool = True,
     ) -> tuple[int, ...] | None:
         need = job.spec.gpus
@@ -263,8 +269,11 @@ class Gandiva:
         while True:
             view = _ServerView(home, cluster)
             sources = [
-                s for s in range(len(cluster.node_ids))
-                if s not in tried and view.jobs[s] and len(view.free[s]) >= threshold
+                s
+                for s in range(len(cluster.node_ids))
+                if s not in tried
+                and view.jobs[s]
+                and len(view.free[s]) >= threshold
                 and len(view.free[s]) < len(view.gpus[s])
             ]
             if not sources:
@@ -282,9 +291,12 @@ class Gandiva:
                 tview = _ServerView(trial, cluster)
                 need = len(home[j])
                 targets = [
-                    s for s in range(len(cluster.node_ids))
-                    if s != source and len(tview.free[s]) >= need
-                    and len(tview.free[s]) < len(view.free[source]) and tview.affinity(s) == need
+                    s
+                    for s in range(len(cluster.node_ids))
+                    if s != source
+                    and len(tview.free[s]) >= need
+                    and len(tview.free[s]) < len(view.free[source])
+                    and tview.affinity(s) == need
                 ]
                 if not targets:
                     break
@@ -296,7 +308,10 @@ class Gandiva:
 
     # --- 3 + 4: time-slicing and packing -----------------------------------------------------
     def _time_slice(
-        self, ranking: Ranking, live: Mapping[str, JobState], home: Mapping[str, tuple[int, ...]],
+        self,
+        ranking: Ranking,
+        live: Mapping[str, JobState],
+        home: Mapping[str, tuple[int, ...]],
         cluster: ClusterState,
     ) -> dict[str, tuple[int, ...]]:
         on_gpu: dict[int, list[str]] = {}
@@ -346,8 +361,12 @@ class Gandiva:
 
     # --- 5: grow-shrink ----------------------------------------------------------------------
     def _grow(
-        self, runs: dict[str, tuple[int, ...]], live: Mapping[str, JobState],
-        home: Mapping[str, tuple[int, ...]], cluster: ClusterState, now: float,
+        self,
+        runs: dict[str, tuple[int, ...]],
+        live: Mapping[str, JobState],
+        home: Mapping[str, tuple[int, ...]],
+        cluster: ClusterState,
+        now: float,
     ) -> None:
         homed = {g for gpus in home.values() for g in gpus}
         used = {g for gpus in runs.values() for g in gpus}
@@ -372,8 +391,12 @@ class Gandiva:
             taken = {g for other in runs.values() for g in other}
             kept = [g for g in job.gpus if g not in gpus and g not in homed and g not in taken]
             fresh = [
-                g for g in cluster.nodes[node].gpu_ids
-                if g not in taken and g not in homed and g not in kept and g not in job.gpus
+                g
+                for g in cluster.nodes[node].gpu_ids
+                if g not in taken
+                and g not in homed
+                and g not in kept
+                and g not in job.gpus
                 and now - self._idle_since.get(g, math.inf) >= self.grow_after_s
             ]
             extra = (kept + fresh)[: cap - len(gpus)]

@@ -12,6 +12,7 @@ import pytest
 from roundhouse.reproduce import Options, get
 from roundhouse.reproduce.gandiva import _FeedbackSimulator, jobs_per_hour, mean_duration_s
 from services.core.costs import CostModel, ModelCosts
+from services.core.packing import PackingModel
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.simulation.engine import SimConfig
@@ -27,10 +28,14 @@ def simulate(
     ranking, place = ("rr", "gandiva") if policy == "gandiva" else ("fifo", "consolidated")
     scheduling = SCHEDULING.create("rr", quantum_s=60.0) if ranking == "rr" else SCHEDULING.create(ranking)
     sim = _FeedbackSimulator(
-        jobs, ClusterState.uniform(nodes, 4), admission=ADMISSION.create("accept-all"), scheduling=scheduling,
+        jobs,
+        ClusterState.uniform(nodes, 4),
+        admission=ADMISSION.create("accept-all"),
+        scheduling=scheduling,
         placement=PLACEMENT.create(place, **placement),
-        config=SimConfig(round_s=60.0, extra_triggers=Trigger.CHURN, debug=True,
-                         costs=CostModel(models={}, default=COSTS)),
+        config=SimConfig(
+            round_s=60.0, extra_triggers=Trigger.CHURN, debug=True, costs=CostModel(models={}, default=COSTS)
+        ),
         feedback_work_s=feedback_work_s,
     )
     out = sim.run()
@@ -121,15 +126,20 @@ def test_quick_json_shape(quick: dict[str, Any]) -> None:
     assert quick["name"] == "gandiva"
     assert quick["quick"] is True
     metrics = quick["metrics"]
-    assert {"feedback_mean_change_pct", "feedback_median_change_pct", "utilization_change_pct",
-            "avg_jct_change_pct", "gandiva_preemptions"} <= set(metrics)
+    assert {
+        "feedback_mean_change_pct",
+        "feedback_median_change_pct",
+        "utilization_change_pct",
+        "avg_jct_change_pct",
+        "gandiva_preemptions",
+    } <= set(metrics)
     for metric in metrics.values():
         assert set(metric) == {"paper", "ours", "unit", "description", "note"}
         assert metric["paper"] is None  # the seed summary states directions, no numbers
         assert metric["ours"] is not None
         assert math.isfinite(metric["ours"])
     runs = quick["details"]["runs"]
-    assert {r["policy"] for r in runs} == {"gandiva", "fifo"}
+    assert {r["policy"] for r in runs} == {"gandiva", "fifo", "gandiva-packing"}
     assert all(r["jobs"] == quick["details"]["setup"]["jobs"] for r in runs)
 
 
@@ -138,3 +148,36 @@ def test_quick_gandiva_gives_earlier_feedback_than_fifo_under_overload(quick: di
     assert metrics["feedback_mean_change_pct"]["ours"] < -50
     assert metrics["feedback_median_change_pct"]["ours"] < 0
     assert metrics["gandiva_preemptions"]["ours"] > 0
+
+
+def test_quick_packing_packs_and_counts_each_gpu_once(quick: dict[str, Any]) -> None:
+    runs = {r["policy"]: r for r in quick["details"]["runs"]}
+    packed, plain = runs["gandiva-packing"], runs["gandiva"]
+    assert packed["packed_launches"] > 0
+    assert plain["packed_launches"] == 0
+    assert 0 < packed["productive_utilization"] <= packed["utilization"] <= 1
+    assert 0 < packed["overload_productive_utilization"] <= packed["overload_utilization"] <= 1
+    # fewer suspensions: a job that can share its home GPU runs instead of waiting for its slice
+    assert packed["preemptions"] < plain["preemptions"]
+
+
+def test_feedback_follows_a_packed_job_whose_rate_changes() -> None:
+    # One GPU, free costs. A3C (500 s of work) and Recoder (1000 s) packed from 0: A3C at 1/1.09 of
+    # its speed ends at 545 s; Recoder at 1/1.125 has done 484.44 s of work by then and runs alone at
+    # full speed after: its 600 s of feedback work is done at 545 + (600 - 545 / 1.125) = 660.56 s.
+    jobs = [TraceJob(0, 0.0, 1, 500.0, model="a3c"), TraceJob(1, 0.0, 1, 1000.0, model="recoder")]
+    packing = PackingModel()
+    sim = _FeedbackSimulator(
+        jobs,
+        ClusterState.uniform(1, 1),
+        admission=ADMISSION.create("accept-all"),
+        scheduling=SCHEDULING.create("rr", quantum_s=60.0),
+        placement=PLACEMENT.create("gandiva", profiles=packing.policy_profiles()),
+        config=SimConfig(round_s=60.0, extra_triggers=Trigger.CHURN, debug=True, costs=CostModel.free()),
+        feedback_work_s=600.0,
+        packing=packing,
+    )
+    sim.run()
+    assert sim.packed_launches == 1
+    assert sim.feedback[0] == pytest.approx(545.0)  # shorter than the target: feedback when it ends
+    assert sim.feedback[1] == pytest.approx(545.0 + 600.0 - 545.0 / 1.125)
