@@ -488,7 +488,8 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
             memory_gb=1024.0,
             gpus=[_gpu(0), _gpu(1)],
             links=[[GpuLink.SELF, GpuLink.NVLINK], [GpuLink.NVLINK, GpuLink.SELF]],
-            link_bandwidth_gbps=[[0.0, 450.0], [450.0, 0.0]],
+            link_bandwidth_gbps=[[0.0, 3600.0], [3600.0, 0.0]],  # H100 NVLink 4: 450 GB/s per direction
+            network_gbps=400.0,
             labels={"rack": "r12", "topology.kubernetes.io/zone": "eu-1a"},
             driver_version="550.54.15",
             cuda_version="12.4",

@@ -126,7 +126,11 @@ class NodeRegister(Event):
     link_bandwidth_gbps: list[_Row[_Bandwidth]] | None = Field(
         default=None,
         max_length=MAX_GPUS_PER_NODE,
-        description="Measured GB/s between GPUs i and j, if known.",
+        description="Gb/s (gigabits per second, one direction) between GPUs i and j (row and column order of "
+        "gpus), if known; 0: unknown (the PCIe/host path).",
+    )
+    network_gbps: _Bandwidth | None = Field(
+        default=None, description="Gb/s of the node's link to its switch (its NIC), if known."
     )
     labels: Labels = Field(default_factory=dict, description="e.g. rack, zone, instance type.")
     driver_version: ShortText | None = None
