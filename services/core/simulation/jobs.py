@@ -21,6 +21,7 @@ from typing import Any
 
 from schemas.job import JobSpec
 from services.core.costs import ModelCosts
+from services.core.simulation.goodput_jobs import noise_scale_now
 from services.core.simulation.loss import LossLog, Run
 from services.core.simulation.workload import TraceJob
 from services.core.state import JobState, JobStatus
@@ -140,6 +141,16 @@ class SimJobState(JobState):
     @resumed_at.setter
     def resumed_at(self, value: float | None) -> None:
         pass  # derived from the run's progress line
+
+    @property
+    def grad_noise_scale(self) -> float | None:
+        """A goodput job's noise scale at its current progress, as its training client would report
+        it (``services.core.simulation.goodput_jobs``); None for other jobs."""
+        return noise_scale_now(self)
+
+    @grad_noise_scale.setter
+    def grad_noise_scale(self, value: float | None) -> None:
+        pass  # derived from the job's progress and its goodput profile
 
     @property
     def run_start_service(self) -> float | None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from schemas.job import JobClass
+from services.core.goodput import profile_for
 from services.core.simulation.loss import LossCurve
 
 
@@ -53,6 +54,10 @@ class TraceJob:
     """Elastic jobs: the most GPUs it can use (``JobSpec.max_gpus``; Optimus and Gandiva's grow-shrink
     give it more than ``gpus`` when they are free); None: rigid. ``duration_s`` stays its run time on
     ``gpus`` GPUs, the cost model scales it for other counts."""
+    goodput: bool = False
+    """Pollux's adaptive-batch jobs: progress is the goodput of the model's profile
+    (``services.core.simulation.goodput_jobs``; ``duration_s`` is then its run time on one GPU).
+    False (the default): the cost model's scaling."""
 
     def __post_init__(self) -> None:
         if self.gpus < 1:
@@ -61,6 +66,8 @@ class TraceJob:
             raise WorkloadError(f"job {self.index}: duration must be a positive number, got {self.duration_s}")
         if not (self.arrival_s >= 0 and math.isfinite(self.arrival_s)):
             raise WorkloadError(f"job {self.index}: arrival must be >= 0, got {self.arrival_s}")
+        if self.goodput and profile_for(self.model) is None:
+            raise WorkloadError(f"job {self.index}: no goodput profile for model {self.model!r}")
         if self.max_gpus is not None and self.max_gpus < self.gpus:
             raise WorkloadError(f"job {self.index}: max_gpus ({self.max_gpus}) must be >= gpus ({self.gpus})")
         if self.iterations is not None and self.iterations < 1:
