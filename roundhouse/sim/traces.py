@@ -12,6 +12,10 @@ Formats (``roundhouse simulate --trace FILE --format NAME``):
     ``pollux-workload-N.csv`` (``name,time,application,num_replicas,batch_size``). The latter has
     no durations (Pollux derives them from per-application profiles), so each application gets the
     isolated run time in ``POLLUX_DURATIONS_S`` (Roundhouse's approximation, see there).
+``pollux-goodput``, ``pollux-tuned``
+    A ``pollux-workload-N.csv`` with run times from the goodput model: adaptive elastic jobs for the
+    Pollux policy, or rigid jobs at the trace's replicas and batch size for the baselines
+    (``roundhouse.sim.pollux_workload``).
 ``tiresias``
     Tiresias' simulator trace (``job_id,num_gpu,submit_time,iterations,model_name,duration,
     interval``), with a cluster spec file (``num_switch,num_node_p_switch,num_gpu_p_node,
@@ -35,10 +39,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 
+from roundhouse.sim import pollux_workload
 from schemas.job import JobClass
 from services.core.simulation.workload import TraceJob, WorkloadError
 
-FORMATS: tuple[str, ...] = ("philly", "pollux", "roundhouse", "tiresias")
+FORMATS: tuple[str, ...] = ("philly", "pollux", "pollux-goodput", "pollux-tuned", "roundhouse", "tiresias")
 
 POLLUX_DURATIONS_S: Mapping[str, float] = MappingProxyType(
     {
@@ -228,7 +233,14 @@ def read_roundhouse(path: Path) -> list[TraceJob]:
 
 
 READERS: Mapping[str, Callable[[Path], list[TraceJob]]] = MappingProxyType(
-    {"philly": read_philly, "pollux": read_pollux, "roundhouse": read_roundhouse, "tiresias": read_tiresias}
+    {
+        "philly": read_philly,
+        "pollux": read_pollux,
+        "roundhouse": read_roundhouse,
+        "tiresias": read_tiresias,
+        "pollux-goodput": pollux_workload.read_goodput,
+        "pollux-tuned": pollux_workload.read_tuned,
+    }
 )
 
 
