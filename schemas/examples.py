@@ -67,6 +67,7 @@ from schemas.operations import (
     StatusReply,
 )
 from schemas.rounds import (
+    GpuPairLink,
     NodeGpus,
     PlacementPlan,
     PolicySpec,
@@ -709,8 +710,10 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
     ),
     NodeGpus: lambda: (NodeGpus(node_id="node-01", gpus=[0, 1, 2, 3]), NodeGpus(node_id="n", gpus=[0])),
     PolicySpec: lambda: (_policy_spec_full(), PolicySpec(name="j")),
+    GpuPairLink: lambda: (GpuPairLink(a=0, b=1, gbps=2400.0), GpuPairLink(a=1, b=0, gbps=0.0)),
     SnapshotNode: lambda: (
-        SnapshotNode(node_id="node-03", gpus=[0, 1], gpu_type="a100", cpus=64, memory_gb=512),
+        SnapshotNode(node_id="node-03", gpus=[0, 1], gpu_type="a100", cpus=64, memory_gb=512,
+                     links=[GpuPairLink(a=0, b=1, gbps=2400.0)], network_gbps=200.0),
         SnapshotNode(node_id="n", gpus=[0]),
     ),
     SnapshotJob: lambda: (

@@ -34,7 +34,18 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from schemas.base import Command, Event, WireModel
-from schemas.fields import Counter, Epoch, GpuIndices, Iteration, PolicyName, Reason, ShortText, unique
+from schemas.fields import (
+    MAX_GPUS_PER_NODE,
+    Counter,
+    Epoch,
+    GpuIndex,
+    GpuIndices,
+    Iteration,
+    PolicyName,
+    Reason,
+    ShortText,
+    unique,
+)
 from schemas.ids import InstanceId, JobId, NodeId
 from schemas.job import MAX_GPUS_PER_JOB, GpuTypeName, JobClass, JobName, UserName
 
@@ -46,6 +57,7 @@ __all__ = [
     "MAX_ROUND_JOBS",
     "MAX_ROUND_NODES",
     "UNAVAILABLE_GPUS",
+    "GpuPairLink",
     "NodeGpus",
     "PlacementPlan",
     "PolicySpec",
@@ -128,6 +140,24 @@ class PolicySpec(WireModel):
     loss_target: float | None = _field(None, ge=-1e12, le=1e12)
 
 
+class GpuPairLink(WireModel):
+    """The bandwidth between two local GPUs of a node (``services.core.state.Node.link_bandwidth_gbps``)."""
+
+    a: GpuIndex
+    b: GpuIndex
+    gbps: float = Field(ge=0, le=100_000, description="Gb/s, one direction.")
+
+    @field_validator("b")
+    @classmethod
+    def _two_gpus(cls, b: int, info: ValidationInfo) -> int:
+        if b == info.data.get("a"):
+            raise ValueError("a link joins two different GPUs")
+        return b
+
+
+_MAX_PAIRS: Final = MAX_GPUS_PER_NODE * (MAX_GPUS_PER_NODE - 1) // 2
+
+
 class SnapshotNode(WireModel):
     """A live node as policies see it (``services.core.state.Node``), in cluster order."""
 
@@ -136,6 +166,10 @@ class SnapshotNode(WireModel):
     gpu_type: ShortText = "generic"
     cpus: float = Field(default=32.0, gt=0, le=1_000_000)
     memory_gb: float = Field(default=256.0, gt=0, le=10**9)
+    links: list[GpuPairLink] = _field([], max_length=_MAX_PAIRS)
+    """Known GPU-pair bandwidths (each pair once), from the node's register; empty: none known."""
+    network_gbps: float | None = _field(None, gt=0, le=100_000)
+    """The node's uplink from its register; None: not reported (``Node``'s default applies)."""
 
 
 class SnapshotJob(WireModel):
