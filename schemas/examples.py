@@ -446,6 +446,7 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
             resume_from="/ckpt/job-0001/001200.pt",
             resume_iteration=1200,
             attempt=2,
+            shared=True,
         ),
         LeaseGrant(epoch=0, lease_id="l", job_id="j", node_id="n", gpus=[0], spec=_spec_min()),
     ),

@@ -87,6 +87,14 @@ class LeaseGrant(Command):
     resume_from: Path | None = Field(default=None, description="Checkpoint to restore; None: start fresh.")
     resume_iteration: Iteration | None = Field(default=None, description="Iteration that checkpoint holds.")
     attempt: int = Field(default=1, ge=1, le=2**31, description="1 for the first lease of the job, then +1.")
+    shared: bool = Field(
+        default=False,
+        description=(
+            "The lease may share its GPUs with other shared leases (packing, Gandiva): the agent runs "
+            "several leases on one GPU only when every lease on it is shared. False: exclusive, and a "
+            "busy GPU is refused with gpu_busy."
+        ),
+    )
 
     @model_validator(mode="after")
     def _world_consistent(self) -> LeaseGrant:
