@@ -135,7 +135,8 @@ class LeaseTable:
         self.gpus = frozenset(gpu_indices)
         self.fence = EpochFence(epoch_seen)
         self._leases: dict[str, Lease] = {}
-        self._gpu_owner: dict[int, str] = {}
+        self._gpu_owners: dict[int, list[str]] = {}
+        """Leases on each GPU: one, or several when every one of them is shared (packing)."""
         self._ended: OrderedDict[str, None] = OrderedDict()
 
     def __len__(self) -> int:
@@ -154,28 +155,31 @@ class LeaseTable:
         """Why ``grant`` must be refused (None: it may be accepted), and the stopping leases it must wait for.
 
         A GPU held by a lease that is already stopping does not refuse the grant: the new lease waits
-        for the old processes to exit (the scheduler moved on once the old lease reported).
+        for the old processes to exit (the scheduler moved on once the old lease reported). A GPU held
+        by running leases refuses it (``gpu_busy``) unless the grant and every one of them are marked
+        ``shared`` (packing: the scheduler said so explicitly for each; an ordinary or forged grant
+        of a busy GPU is still refused).
         """
         missing = [g for g in grant.gpus if g not in self.gpus]
         if missing:
             return LeaseAckError.NO_SUCH_GPU, []
         waits: list[Lease] = []
         for gpu in grant.gpus:
-            owner_id = self._gpu_owner.get(gpu)
-            if owner_id is None:
-                continue
-            owner = self._leases[owner_id]
-            if not owner.stopping:
-                return LeaseAckError.GPU_BUSY, []
-            if owner not in waits:
-                waits.append(owner)
+            for owner_id in self._gpu_owners.get(gpu, ()):
+                owner = self._leases[owner_id]
+                if not owner.stopping:
+                    if grant.shared and owner.grant.shared:
+                        continue  # packed beside it: nothing to wait for
+                    return LeaseAckError.GPU_BUSY, []
+                if owner not in waits:
+                    waits.append(owner)
         return None, waits
 
     def add(self, grant: LeaseGrant) -> Lease:
         lease = Lease(grant)
         self._leases[grant.lease_id] = lease
         for gpu in grant.gpus:
-            self._gpu_owner[gpu] = grant.lease_id
+            self._gpu_owners.setdefault(gpu, []).append(grant.lease_id)
         return lease
 
     def remove(self, lease: Lease) -> None:
@@ -183,8 +187,11 @@ class LeaseTable:
         if self._leases.get(lease.lease_id) is lease:
             del self._leases[lease.lease_id]
         for gpu in lease.grant.gpus:
-            if self._gpu_owner.get(gpu) == lease.lease_id:
-                del self._gpu_owner[gpu]
+            owners = self._gpu_owners.get(gpu)
+            if owners is not None and lease.lease_id in owners:
+                owners.remove(lease.lease_id)
+                if not owners:
+                    del self._gpu_owners[gpu]
         self._ended[lease.lease_id] = None
         while len(self._ended) > RECENT_LEASES:
             self._ended.popitem(last=False)

@@ -1,0 +1,66 @@
+"""The worker's lease table with packing (issue 17): several leases on one GPU only when every lease
+on it is marked ``shared``; an unmarked grant of a busy GPU is refused with ``gpu_busy`` as before."""
+
+from __future__ import annotations
+
+from schemas.job import JobSpec
+from schemas.leases import LeaseAckError, LeaseGrant
+from schemas.nodes import LeaseState
+from services.worker.leases import LeaseTable
+
+
+def grant(lease_id: str, gpus: tuple[int, ...] = (0,), *, shared: bool = False) -> LeaseGrant:
+    return LeaseGrant(
+        epoch=3, lease_id=lease_id, job_id=f"job-{lease_id}", node_id="n1", gpus=list(gpus),
+        spec=JobSpec(name="j", command=["python", "t.py"]), shared=shared,
+    )  # fmt: skip
+
+
+def test_a_grant_is_exclusive_unless_marked_shared() -> None:
+    assert grant("a").shared is False
+
+
+def test_two_shared_leases_run_on_one_gpu() -> None:
+    table = LeaseTable([0, 1])
+    table.add(grant("a", (0,), shared=True))
+    assert table.check_grant(grant("b", (0,), shared=True)) == (None, [])
+    table.add(grant("b", (0,), shared=True))
+    assert sorted(lease.lease_id for lease in table) == ["a", "b"]
+
+
+def test_an_unmarked_grant_of_a_busy_gpu_is_refused_even_beside_a_shared_lease() -> None:
+    table = LeaseTable([0, 1])
+    table.add(grant("a", (0,), shared=True))
+    assert table.check_grant(grant("b", (0,))) == (LeaseAckError.GPU_BUSY, [])
+    assert table.check_grant(grant("c", (0, 1))) == (LeaseAckError.GPU_BUSY, [])
+
+
+def test_a_shared_grant_cannot_join_an_exclusive_lease() -> None:
+    table = LeaseTable([0])
+    table.add(grant("a", (0,)))
+    assert table.check_grant(grant("b", (0,), shared=True)) == (LeaseAckError.GPU_BUSY, [])
+
+
+def test_every_lease_on_the_gpu_must_be_shared() -> None:
+    # a shared lease on GPUs 0-1 and an exclusive one on GPU 2: a shared grant of 1-2 is refused
+    table = LeaseTable([0, 1, 2])
+    table.add(grant("a", (0, 1), shared=True))
+    table.add(grant("x", (2,)))
+    assert table.check_grant(grant("b", (1, 2), shared=True)) == (LeaseAckError.GPU_BUSY, [])
+    assert table.check_grant(grant("c", (1,), shared=True)) == (None, [])
+
+
+def test_removing_one_shared_lease_keeps_the_other_on_the_gpu() -> None:
+    table = LeaseTable([0])
+    first = table.add(grant("a", (0,), shared=True))
+    table.add(grant("b", (0,), shared=True))
+    table.remove(first)
+    assert first.ended.is_set()
+    # b still holds GPU 0: an exclusive grant is refused, and once b stops it is waited for
+    assert table.check_grant(grant("c", (0,))) == (LeaseAckError.GPU_BUSY, [])
+    second = table.get("b")
+    assert second is not None
+    second.state = LeaseState.STOPPING
+    assert table.check_grant(grant("c", (0,))) == (None, [second])
+    table.remove(second)
+    assert table.check_grant(grant("c", (0,))) == (None, [])
