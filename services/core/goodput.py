@@ -195,23 +195,74 @@ class GoodputProfile:
         atomic = math.ceil(local / (accum + 1) - _EPS)
         return self.goodput(nodes, replicas, atomic, accum, noise_scale)
 
-    def seconds(self, nodes: int, replicas: int, batch_size: int | None = None, *, steps: int = 200) -> float:
+    def seconds(self, nodes: int, replicas: int, batch_size: int | None = None) -> float:
         """Seconds to finish alone on this allocation: at ``batch_size`` fixed, or (None) at the
         best batch size, re-chosen as the noise scale grows. Integrates ``d progress / goodput``
-        over ``steps`` equal slices of the progress (midpoint rule)."""
-        total = 0.0
-        slice_progress = self.total_progress / steps
-        for k in range(steps):
-            noise = self.noise_scale_at((k + 0.5) / steps)
-            if batch_size is None:
-                config = self.best(nodes, replicas, noise)
-                if config is None:
-                    raise ValueError(f"no valid batch configuration on {replicas} GPUs")
-                rate = config.goodput
-            else:
-                rate = self.fixed_goodput(nodes, replicas, batch_size, noise)
-            total += slice_progress / rate
-        return total
+        over ``SLICES`` equal slices of the progress (midpoint rule)."""
+        if batch_size is None:
+            return self.remaining_seconds(nodes, replicas, 0.0)
+        slice_progress = self.total_progress / SLICES
+        return sum(
+            slice_progress / self.fixed_goodput(nodes, replicas, batch_size, self.noise_scale_at((k + 0.5) / SLICES))
+            for k in range(SLICES)
+        )
+
+    def remaining_seconds(self, nodes: int, replicas: int, fraction: float) -> float:
+        """Seconds from ``fraction`` of the progress to the end, alone on this allocation at the
+        best batch size (``math.inf`` when it has no valid configuration)."""
+        times = _slice_seconds(self, nodes, replicas)
+        if not times:
+            return math.inf
+        x = min(max(fraction, 0.0), 1.0) * SLICES
+        k = min(int(x), SLICES - 1)
+        return times[k] * (k + 1 - x) + _suffix(self, nodes, replicas)[k + 1]
+
+    def progress_fraction(self, one_gpu_seconds: float) -> float:
+        """The fraction of the progress a job has made after ``one_gpu_seconds`` of work on one
+        GPU (how the simulator, which counts work in those seconds, finds the noise scale)."""
+        times = _slice_seconds(self, 1, 1)
+        done = max(one_gpu_seconds, 0.0)
+        for k, seconds in enumerate(times):
+            if done < seconds:
+                return (k + done / seconds) / SLICES
+            done -= seconds
+        return 1.0
+
+    def mean_speedup(self, nodes: int, replicas: int, fraction: float) -> float:
+        """The speed-up that takes the job from ``fraction`` to the end on this allocation in the
+        time it really takes there (the one-GPU time over this allocation's, both from
+        ``fraction``): the constant rate that is exact for a run kept to completion, however the
+        noise scale grows meanwhile."""
+        here = self.remaining_seconds(nodes, replicas, fraction)
+        if replicas <= 0 or not math.isfinite(here) or here <= 0:
+            return 0.0
+        return self.remaining_seconds(1, 1, fraction) / here
+
+
+SLICES: Final = 64
+"""Slices of the progress over which run times are integrated."""
+
+
+@lru_cache(maxsize=4_096)
+def _slice_seconds(profile: GoodputProfile, nodes: int, replicas: int) -> tuple[float, ...]:
+    """Seconds per slice of progress on one allocation at the best batch size (empty if none)."""
+    slice_progress = profile.total_progress / SLICES
+    out: list[float] = []
+    for k in range(SLICES):
+        config = profile.best(nodes, replicas, profile.noise_scale_at((k + 0.5) / SLICES))
+        if config is None:
+            return ()
+        out.append(slice_progress / config.goodput)
+    return tuple(out)
+
+
+@lru_cache(maxsize=4_096)
+def _suffix(profile: GoodputProfile, nodes: int, replicas: int) -> tuple[float, ...]:
+    """``_suffix(...)[k]``: seconds of slices ``k..SLICES-1`` (0 at ``SLICES``)."""
+    out = [0.0]
+    for seconds in reversed(_slice_seconds(profile, nodes, replicas)):
+        out.append(out[-1] + seconds)
+    return tuple(reversed(out))
 
 
 def _bucket(noise_scale: float) -> float:

@@ -9,8 +9,10 @@ time alone on *one* GPU at the best batch size (``GoodputProfile.seconds(1, 1)``
 requested ``gpus`` should be 1: the simulator's one-GPU launch, which skips ``_rate``, runs at
 rate 1, which is exactly ``SPEEDUP(1, 1)``.
 
-The noise scale moves with progress (the profile's knots); a run's rate is fixed when it launches
-(the engine's progress is piecewise linear), at the noise scale of the progress made by then. The
+The noise scale moves with progress (the profile's knots), so the goodput does; the engine's
+progress is piecewise linear (a run's rate is fixed when it launches), so a run's rate is the mean
+speed-up over the rest of the job's training on those GPUs, exact when the run goes on to the end
+and close when Pollux re-allocates it first (the next run's rate starts from the progress made). The
 job also *reports* the noise scale at its current progress (``noise_scale_now``, read through
 ``SimJobState.grad_noise_scale``), as ``roundhouse.train`` does live, so the Pollux policy sees the
 same kind of state in the simulator and on a live cluster.
@@ -27,28 +29,24 @@ if TYPE_CHECKING:
     from services.core.simulation.jobs import SimJobState
 
 
-def progress_fraction(job: SimJobState) -> float:
-    """Fraction of the job's work done now (its current run included)."""
-    return min(max(job.done_s / job.work_s, 0.0), 1.0) if job.work_s > 0 else 1.0
-
-
 def noise_scale_now(job: SimJobState) -> float | None:
     """The gradient noise scale a goodput job reports at its current progress; None otherwise."""
     trace = job.trace
     if trace is None or not trace.goodput:
         return None
     profile = profile_for(trace.model)
-    return None if profile is None else profile.noise_scale_at(progress_fraction(job))
+    return None if profile is None else profile.noise_scale_at(profile.progress_fraction(job.done_s))
 
 
 def goodput_speedup(job: SimJobState, gpus: tuple[int, ...], cluster: ClusterState) -> float | None:
-    """The progress rate of a goodput job on ``gpus`` (its speed-up over one GPU at its noise scale
-    now); None for a job whose progress is not goodput (the engine's own model applies)."""
+    """The progress rate of a goodput job on ``gpus``; None for a job whose progress is not goodput
+    (the engine's own model applies). The rate is the job's mean speed-up there over the rest of
+    its training (``GoodputProfile.mean_speedup``): exact while it keeps these GPUs to the end."""
     trace = job.trace
     if trace is None or not trace.goodput:
         return None
     profile = profile_for(trace.model)
     if profile is None:
         return None
-    noise = profile.noise_scale_at(progress_fraction(job))
-    return profile.speedup(cluster.nodes_spanned(gpus), len(gpus), noise)
+    fraction = profile.progress_fraction(job.done_s)
+    return profile.mean_speedup(cluster.nodes_spanned(gpus), len(gpus), fraction)
