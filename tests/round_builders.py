@@ -19,6 +19,8 @@ class NodeInfo:
     gpu_type: str = "generic"
     cpus: float = 32.0
     memory_gb: float = 256.0
+    links: tuple[tuple[int, int, float], ...] = ()
+    network_gbps: float | None = None
 
 
 NODES = [NodeInfo("node-a", (0, 1, 2, 3)), NodeInfo("node-b", (0, 1, 2, 3), gpu_type="a100")]

@@ -15,11 +15,11 @@ active job against what the peer holds (a tuple per job); jobs that did not chan
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from schemas.job import JobSpec
-from schemas.rounds import NodeGpus, PolicySpec, RoundSnapshot, SnapshotJob, SnapshotNode
+from schemas.rounds import GpuPairLink, NodeGpus, PolicySpec, RoundSnapshot, SnapshotJob, SnapshotNode
 from services.core.state import ClusterState, Gpu, JobState, JobStatus, Node
 
 __all__ = [
@@ -71,7 +71,8 @@ class UnknownSnapshotGpuError(ValueError):
 
 
 class NodeInfoLike(Protocol):
-    """What :meth:`SnapshotWriter.encode` reads of a node (the scheduler's ``NodeInfo`` has it)."""
+    """What :meth:`SnapshotWriter.encode` reads of a node (the scheduler's ``NodeInfo`` has it); ``links``
+    are its known GPU-pair bandwidths ``(local a, local b, Gb/s)``."""
 
     @property
     def node_id(self) -> str: ...
@@ -83,6 +84,10 @@ class NodeInfoLike(Protocol):
     def cpus(self) -> float: ...
     @property
     def memory_gb(self) -> float: ...
+    @property
+    def links(self) -> tuple[tuple[int, int, float], ...]: ...
+    @property
+    def network_gbps(self) -> float | None: ...
 
 
 _Key = tuple[object, ...]
@@ -152,7 +157,9 @@ class SnapshotWriter:
         ``run_start(job_id)`` gives a running job's ``(service0, executed0)``; ``to_local`` names
         global GPU ids per node; ``held`` the GPUs of leases whose jobs are not running in ``jobs``.
         With a peer and not ``full``, only what changed since its base."""
-        node_rows = tuple((n.node_id, tuple(n.gpus), n.gpu_type, n.cpus, n.memory_gb) for n in nodes)
+        node_rows = tuple(
+            (n.node_id, tuple(n.gpus), n.gpu_type, n.cpus, n.memory_gb, tuple(n.links), n.network_gbps) for n in nodes
+        )
         base = None if full or self.peer is None else self._acked
         old_keys: Mapping[str, _Key] = base[1].keys if base is not None else {}
         keys: dict[str, _Key] = {}
@@ -199,8 +206,16 @@ class SnapshotWriter:
             base=base[0] if base is not None else None,
             now=now,
             nodes=[
-                SnapshotNode.model_construct(node_id=n, gpus=list(g), gpu_type=t, cpus=c, memory_gb=m)
-                for n, g, t, c, m in node_rows
+                SnapshotNode.model_construct(
+                    node_id=n,
+                    gpus=list(g),
+                    gpu_type=t,
+                    cpus=c,
+                    memory_gb=m,
+                    network_gbps=up,
+                    links=[GpuPairLink.model_construct(a=a, b=b, gbps=bw) for a, b, bw in links],
+                )
+                for n, g, t, c, m, links, up in node_rows
             ]
             if send_nodes
             else None,
@@ -336,11 +351,21 @@ def _cluster_of(nodes: Sequence[SnapshotNode]) -> tuple[ClusterState, dict[tuple
     for info in nodes:
         start = len(gpu_list)
         ids = tuple(range(start, start + len(info.gpus)))
-        node_list.append(Node(info.node_id, ids, cpus=info.cpus, memory_gb=info.memory_gb, gpu_type=info.gpu_type))
+        node = Node(info.node_id, ids, cpus=info.cpus, memory_gb=info.memory_gb, gpu_type=info.gpu_type,
+                    link_bandwidth_gbps=_link_map(info.links))  # fmt: skip
+        node_list.append(node if info.network_gbps is None else replace(node, network_gbps=info.network_gbps))
         for gid, local in zip(ids, info.gpus, strict=True):
             gpu_list.append(Gpu(gid, info.node_id, local, info.gpu_type))
             index[(info.node_id, local)] = gid
     return ClusterState(node_list, gpu_list), index
+
+
+def _link_map(links: Iterable[GpuPairLink]) -> dict[tuple[int, int], float]:
+    """A snapshot node's links as ``Node.link_bandwidth_gbps`` (both orders)."""
+    out: dict[tuple[int, int], float] = {}
+    for link in links:
+        out[(link.a, link.b)] = out[(link.b, link.a)] = link.gbps
+    return out
 
 
 def _global_ids(index: Mapping[tuple[str, int], int], job_id: str, parts: Iterable[NodeGpus]) -> tuple[int, ...]:

@@ -53,6 +53,10 @@ class NodeInfo:
     """Its agent says it is leaving (a heartbeat's ``draining``)."""
     drain: OperatorDrain | None = None
     """An operator drained it (None: not drained by an operator)."""
+    links: tuple[tuple[int, int, float], ...] = ()
+    """Known bandwidths between its GPUs from the register, ``(local a, local b, Gb/s)`` with a < b."""
+    network_gbps: float | None = None
+    """Its uplink from the register (None: not reported)."""
 
     @property
     def draining(self) -> bool:
@@ -97,6 +101,8 @@ class Inventory:
             gpu_type=gpu_type,
             last_seen=now,
             drain=previous.drain if previous is not None else None,
+            links=pair_links(event),
+            network_gbps=event.network_gbps,
         )
         self._dead.discard(event.node_id)
         self.version += 1
@@ -171,8 +177,10 @@ class Inventory:
 
     # --- persistence ------------------------------------------------------------------------
     def dumps(self) -> str:
-        """Each node as ``[host, gpus, incarnation, cpus, memory_gb, gpu_type]``, and an operator's
-        drain as a seventh element ``{"by", "at", "reason"}`` (absent when not drained)."""
+        """Each node as ``[host, gpus, incarnation, cpus, memory_gb, gpu_type]``, an operator's
+        drain as a seventh element ``{"by", "at", "reason"}`` (absent when not drained and nothing
+        follows; null when link facts follow) and its link facts as an eighth,
+        ``{"links": [[a, b, gbps], ...], "network_gbps"}`` (absent when it reported none)."""
         return json.dumps({n.node_id: _row(n) for n in self._nodes.values()}, separators=(",", ":"))
 
     def loads(self, text: str | None, now: float) -> None:
@@ -182,17 +190,48 @@ class Inventory:
             for node_id, row in json.loads(text).items():
                 host, gpus, inc, cpus, mem, gpu_type = row[:6]
                 drain = _drain_from(row[6]) if len(row) > 6 else None
+                links, network = _network_from(row[7]) if len(row) > 7 else ((), None)
                 self._nodes[node_id] = NodeInfo(
-                    node_id, host, tuple(gpus), inc, cpus, mem, gpu_type, last_seen=now, drain=drain
-                )
+                    node_id, host, tuple(gpus), inc, cpus, mem, gpu_type, last_seen=now, drain=drain,
+                    links=links, network_gbps=network,
+                )  # fmt: skip
         self.version += 1
 
 
 def _row(node: NodeInfo) -> list[object]:
     row: list[object] = [node.hostname, list(node.gpus), node.incarnation, node.cpus, node.memory_gb, node.gpu_type]
-    if node.drain is not None:
-        row.append({"by": node.drain.by, "at": node.drain.at, "reason": node.drain.reason})
+    if node.drain is not None or node.links or node.network_gbps is not None:
+        drain = node.drain
+        row.append({"by": drain.by, "at": drain.at, "reason": drain.reason} if drain is not None else None)
+    if node.links or node.network_gbps is not None:
+        row.append({"links": [list(link) for link in node.links], "network_gbps": node.network_gbps})
     return row
+
+
+def pair_links(event: NodeRegister) -> tuple[tuple[int, int, float], ...]:
+    """The register's bandwidth matrix as ``(local a, local b, Gb/s)`` per known pair (a < b; 0 and the
+    diagonal are "unknown" and left out). The schema bounds every value (finite, <= 100,000 Gb/s)
+    and the matrix (one row and column per GPU, at most 64), so a hostile register costs little."""
+    matrix = event.link_bandwidth_gbps
+    if matrix is None:
+        return ()
+    index = [g.index for g in event.gpus]
+    out: list[tuple[int, int, float]] = []
+    for i, row in enumerate(matrix):
+        for j in range(i + 1, len(row)):
+            if row[j] > 0:
+                a, b = sorted((index[i], index[j]))
+                out.append((a, b, float(row[j])))
+    return tuple(sorted(out))
+
+
+def _network_from(value: object) -> tuple[tuple[tuple[int, int, float], ...], float | None]:
+    """A stored row's link facts (a row written before they existed has none)."""
+    if not isinstance(value, dict):
+        return (), None
+    links = tuple((int(a), int(b), float(g)) for a, b, g in value.get("links") or ())
+    network = value.get("network_gbps")
+    return links, float(network) if network is not None else None
 
 
 def _drain_from(value: object) -> OperatorDrain | None:

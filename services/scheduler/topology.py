@@ -7,11 +7,30 @@ node-id order) and converts both ways; it is rebuilt only when the live set chan
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 from services.core.state import ClusterState, Gpu, Node
 from services.scheduler.inventory import NodeInfo
 from services.scheduler.leases import Lease
+
+
+def node_of(info: NodeInfo, gpu_ids: tuple[int, ...]) -> Node:
+    """The policies' ``Node`` for ``info`` with global ``gpu_ids``, its link facts included (a node
+    that reported no uplink keeps ``Node``'s default)."""
+    node = Node(
+        info.node_id, gpu_ids, cpus=info.cpus, memory_gb=info.memory_gb, gpu_type=info.gpu_type,
+        link_bandwidth_gbps=link_map(info.links),
+    )  # fmt: skip
+    return node if info.network_gbps is None else dataclasses.replace(node, network_gbps=info.network_gbps)
+
+
+def link_map(links: Iterable[tuple[int, int, float]]) -> dict[tuple[int, int], float]:
+    """``(a, b, Gb/s)`` pairs as ``Node.link_bandwidth_gbps`` (both orders)."""
+    out: dict[tuple[int, int], float] = {}
+    for a, b, gbps in links:
+        out[(a, b)] = out[(b, a)] = gbps
+    return out
 
 
 class UnknownGpuError(LookupError):
@@ -35,9 +54,7 @@ class Topology:
             self.infos.append(info)
             start = len(self._gpus)
             ids = tuple(range(start, start + len(info.gpus)))
-            self._nodes.append(
-                Node(info.node_id, ids, cpus=info.cpus, memory_gb=info.memory_gb, gpu_type=info.gpu_type)
-            )
+            self._nodes.append(node_of(info, ids))
             by_local: dict[int, int] = {}
             for gid, local in zip(ids, info.gpus, strict=True):
                 self._gpus.append(Gpu(gid, info.node_id, local, info.gpu_type))
