@@ -26,6 +26,7 @@ carries its nodes (``schemas.rounds``).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ def node_from_register(reg: NodeRegister, gpu_ids: tuple[int, ...]) -> tuple[Nod
     if reg.link_bandwidth_gbps is not None:
         for i, row in enumerate(reg.link_bandwidth_gbps):
             for j, value in enumerate(row):
-                if i != j:
+                if i != j and value > 0:  # 0: unknown
                     bandwidth[(reg.gpus[i].index, reg.gpus[j].index)] = value
     gpu_type = reg.gpus[0].name if reg.gpus else "generic"
     switch = reg.labels.get("switch") or reg.labels.get("rack") or _UNKNOWN_SWITCH
@@ -83,6 +84,8 @@ def node_from_register(reg: NodeRegister, gpu_ids: tuple[int, ...]) -> tuple[Nod
         link_bandwidth_gbps=bandwidth,
         switch=switch,
     )
+    if reg.network_gbps is not None:
+        node = dataclasses.replace(node, network_gbps=reg.network_gbps)
     return node, gpus
 
 
