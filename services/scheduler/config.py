@@ -31,6 +31,12 @@ class SchedulerConfig(ServiceConfig):
         "free GPUs in rank order, never preempting (a job on an idle cluster starts at once, not at the "
         "next tick). False: jobs start only at the policy's own rounds, as in Blox.",
     )
+    packing: bool = Field(
+        default=False,
+        description="Accept plans that put several jobs on one GPU (a packing placement policy, e.g. gandiva "
+        "with profiles; at most services.scheduler.packing.MAX_JOBS_PER_GPU), and mark every grant shared "
+        "so the workers run them side by side. False: a launch onto a held GPU is dropped, grants are exclusive.",
+    )
     plan_timeout_s: float = Field(default=5.0, gt=0, le=600, description="Wait for placement.plan.")
     leader_ttl_s: float = Field(default=5.0, gt=0.3, le=600, description="TTL of the leader key.")
     lease_ttl_s: float = Field(default=30.0, gt=0, le=86_400, description="Worker lease TTL.")

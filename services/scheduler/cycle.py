@@ -165,6 +165,7 @@ class RoundCycle:
         for job_id, gpus in current.items():
             if job_id not in assigned:
                 cluster.assign(job_id, gpus)
+                cluster.mark_shared(gpus)  # a no-op unless packed leases hold them together
                 assigned[job_id] = gpus
         book.refresh(now, topology, restore_allowance_s=self.replica.cfg.restore_allowance_s)
         return topology, cluster
@@ -299,7 +300,9 @@ class RoundCycle:
             # fail validation below and are dropped with a reason.
             log.info("fill round %d: dropped %d suspensions", number, len(plan.suspend))
             plan = plan.model_copy(update={"suspend": []})
-        valid = validate_plan(plan, r.book, r.inventory, dict(ranking.gpu_targets), now=r.clock.monotonic())
+        valid = validate_plan(
+            plan, r.book, r.inventory, dict(ranking.gpu_targets), now=r.clock.monotonic(), packing=r.cfg.packing
+        )
         if valid.dropped:
             log.info("round %d: dropped %d plan parts: %s", number, len(valid.dropped), valid.dropped[:5])
         await self.execution.execute(valid, term, timings)

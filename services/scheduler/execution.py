@@ -24,6 +24,7 @@ from services.runtime.store import StaleWriteError
 from services.scheduler.book import Change
 from services.scheduler.executor import DeposedError, GrantRefusedError, LeaseExecutor
 from services.scheduler.leases import Lease, new_lease_id
+from services.scheduler.packing import GpuLoad
 from services.scheduler.replica import Replica
 from services.scheduler.rounds import ValidPlan
 from services.scheduler.term import Term
@@ -147,6 +148,7 @@ class Execution:
         async with r.lock:
             book = r.book
             held_on: dict[str, set[int]] = {}
+            load = GpuLoad(book, skip_stopped=True) if r.cfg.packing else None  # packing counts leases per GPU
             changes: list[Change | None] = []
             leases: list[Lease] = []
             for job_id, parts in valid.launch.items():
@@ -154,7 +156,8 @@ class Execution:
                 for node, gpus in parts:
                     if node not in held_on:
                         held_on[node] = book.gpus_held_on(node, skip_stopped=True)
-                    taken = taken or bool(held_on[node].intersection(gpus)) or not r.inventory.is_live(node)
+                    busy = load.full(node, gpus) if load is not None else bool(held_on[node].intersection(gpus))
+                    taken = taken or busy or not r.inventory.is_live(node)
                 if taken:
                     continue
                 lease = Lease(new_lease_id(), job_id, parts, executor.epoch, now)
@@ -162,6 +165,8 @@ class Execution:
                 if change is not None:
                     for node, gpus in parts:
                         held_on[node].update(gpus)
+                        if load is not None:
+                            load.claim(node, gpus)
                     changes.append(change)
                     leases.append(lease)
             await r.commit(book.merge(changes))
@@ -210,7 +215,7 @@ class Execution:
             # Fixed at the grant's commit: the iteration a report must pass to count as this run's
             # progress (resume.py); the metrics may have moved iterations_done since.
             resume_iteration=lease.from_iteration if entry.checkpoint_path else None,
-            attempt=state.preemptions + 1,
+            attempt=state.preemptions + 1, shared=self.replica.cfg.packing,
         )  # fmt: skip
 
     # --- revokes outside a round -------------------------------------------------------------

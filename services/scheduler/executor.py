@@ -138,9 +138,17 @@ class LeaseExecutor:
                 return None
 
     async def grant(
-        self, lease: Lease, spec: JobSpec, *, resume_from: str | None, resume_iteration: int | None, attempt: int
+        self,
+        lease: Lease,
+        spec: JobSpec,
+        *,
+        resume_from: str | None,
+        resume_iteration: int | None,
+        attempt: int,
+        shared: bool = False,
     ) -> None:
-        """Send one grant per node of ``lease`` (same ``lease_id``); raises ``GrantRefusedError``."""
+        """Send one grant per node of ``lease`` (same ``lease_id``); raises ``GrantRefusedError``.
+        ``shared``: the lease may share its GPUs with other shared leases (packing)."""
         world_size = lease.gpu_count
         coordinator = lease.coordinator
         multi = len(lease.parts) > 1
@@ -174,6 +182,7 @@ class LeaseExecutor:
                     resume_from=resume_from,
                     resume_iteration=resume_iteration if resume_from is not None else None,
                     attempt=attempt,
+                    shared=shared,
                 )
             )
         acks = await asyncio.gather(*(self._grant_one(g) for g in grants))

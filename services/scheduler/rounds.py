@@ -42,6 +42,7 @@ from services.runtime.clock import SYSTEM_CLOCK, Clock
 from services.runtime.store import LeaseState
 from services.scheduler.book import JobBook
 from services.scheduler.inventory import Inventory
+from services.scheduler.packing import GpuLoad
 
 CHURN_GAP_FACTOR = 4.0
 """Churn rounds start at least this many times the last round's duration after it ended (so they
@@ -163,10 +164,18 @@ class ValidPlan:
 
 
 def validate_plan(
-    plan: PlacementPlan, book: JobBook, inventory: Inventory, gpu_targets: dict[str, int], *, now: float | None = None
+    plan: PlacementPlan,
+    book: JobBook,
+    inventory: Inventory,
+    gpu_targets: dict[str, int],
+    *,
+    now: float | None = None,
+    packing: bool = False,
 ) -> ValidPlan:
     """Keep the parts of ``plan`` that are valid against the book and the live nodes now; with the
-    monotonic ``now``, a launch onto a node silent past ``Inventory.silent_s`` is dropped too."""
+    monotonic ``now``, a launch onto a node silent past ``Inventory.silent_s`` is dropped too. With
+    ``packing`` (``SchedulerConfig.packing``) a launch may share a held GPU with up to
+    ``services.scheduler.packing.MAX_JOBS_PER_GPU`` jobs in all; without, a held GPU is not free."""
     if now is None:
         now = -math.inf  # no clock given: silence is not judged
 
@@ -196,6 +205,7 @@ def validate_plan(
         return found
 
     claimed: set[tuple[str, int]] = set()
+    load = GpuLoad(book, skip=freed) if packing else None
     suspending = set(out.suspend)
     for job_id, assignment in plan.launch.items():
         entry = book.entry(job_id)
@@ -227,6 +237,9 @@ def validate_plan(
                 key = (part.node_id, g)
                 if g not in node.gpus:
                     problem = f"{part.node_id} has no GPU {g}"
+                elif load is not None:  # packing: a held GPU takes up to ``load.limit`` jobs, each once
+                    if key in wanted or load.full(part.node_id, (g,)):
+                        problem = f"GPU {g} of {part.node_id} holds {load.limit} jobs already"
                 elif g in busy(part.node_id) or key in claimed:
                     problem = f"GPU {g} of {part.node_id} is not free"
                 if problem:
@@ -238,6 +251,9 @@ def validate_plan(
             out.dropped.append(f"launch {job_id}: {problem}")
             continue
         claimed.update(wanted)
+        if load is not None:
+            for node_id, g in wanted:
+                load.claim(node_id, (g,))
         out.launch[job_id] = tuple((part.node_id, tuple(part.gpus)) for part in assignment)
     _keep_suspensions_with_their_launches(plan, book, out)
     return out
