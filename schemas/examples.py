@@ -544,6 +544,7 @@ _BUILDERS: Final[Mapping[type[WireModel], Callable[[], tuple[WireModel, ...]]]] 
             iteration_time_s=0.31,
             throughput=3303.2,
             batch_size=1024,
+            grad_noise_scale=2500.0,
             extra={"top1": 0.61, "lr": 0.1},
         ),
         JobMetrics(job_id="j", iteration=0),

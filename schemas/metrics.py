@@ -38,6 +38,13 @@ class JobMetrics(Event):
     )
     throughput: float | None = Field(default=None, ge=0, le=1e12, description="Samples per second.")
     batch_size: int | None = Field(default=None, ge=1, le=2**31)
+    grad_noise_scale: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e12,
+        allow_inf_nan=False,
+        description="Gradient noise scale in examples (McCandlish et al.'s B_simple), for Pollux's goodput.",
+    )
     extra: dict[_MetricKey, _MetricValue] = Field(
         default_factory=dict, max_length=MAX_EXTRA_METRICS, description="Other scalars (accuracy, lr, ...)."
     )

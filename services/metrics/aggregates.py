@@ -13,6 +13,8 @@ What is kept, and why:
   SRTF's ``estimates.py``);
 * ``loss`` and a bounded ``loss_history`` of ``(ts, loss)``, oldest first: the newest samples plus
   those of the job's first ``quantum_s`` window (Hermes measures its milestones against it);
+* ``batch_size`` and ``grad_noise_scale``: the latest reported (Pollux's goodput model,
+  ``services.core.goodput``, needs the job's current gradient noise scale);
 * ``quanta``: per time quantum, the (min, max) loss and the number of losses, which Hermes
   (Son et al. 2021, §3.3, Eq. 2-3) needs: the representative loss of quantum i is
   ``(max + min) / 2`` and its convergence ``C(i) = (loss(i-1) - loss(i)) / |L(i)|``. A quantum
@@ -74,6 +76,8 @@ class JobAggregate(BaseModel):
     loss: float | None = None
     iteration_time_s: float | None = Field(default=None, description="EWMA of seconds per iteration.")
     throughput: float | None = Field(default=None, description="EWMA of samples per second.")
+    batch_size: int | None = Field(default=None, ge=1, description="Latest total batch size reported.")
+    grad_noise_scale: float | None = Field(default=None, ge=0, description="Latest gradient noise scale reported.")
     loss_history: list[tuple[float, float]] = Field(default_factory=list, description="(ts, loss), oldest first.")
     quanta: list[Quantum] = Field(default_factory=list, description="Per-quantum losses, oldest first.")
 
@@ -119,6 +123,7 @@ def fold(aggregate: JobAggregate | None, samples: Iterable[JobMetrics], options:
         return aggregate
     base = aggregate or JobAggregate(job_id=ordered[0].job_id)
     iteration, last_ts, lease_id, loss = base.iteration, base.last_ts, base.lease_id, base.loss
+    batch_size, noise_scale = base.batch_size, base.grad_noise_scale
     iteration_time, throughput = base.iteration_time_s, base.throughput
     history = list(base.loss_history)
     quanta = list(base.quanta)
@@ -131,6 +136,10 @@ def fold(aggregate: JobAggregate | None, samples: Iterable[JobMetrics], options:
                 lease_id = sample.lease_id
             if sample.loss is not None:
                 loss = sample.loss
+            if sample.batch_size is not None:
+                batch_size = sample.batch_size
+            if sample.grad_noise_scale is not None:
+                noise_scale = sample.grad_noise_scale
         if sample.loss is not None:
             history.append((sample.ts, sample.loss))
             _add_to_quanta(quanta, sample, options.quantum_s)
@@ -144,6 +153,8 @@ def fold(aggregate: JobAggregate | None, samples: Iterable[JobMetrics], options:
         loss=loss,
         iteration_time_s=iteration_time,
         throughput=throughput,
+        batch_size=batch_size,
+        grad_noise_scale=noise_scale,
         loss_history=_retain(history, options.quantum_s, options.max_history),
         quanta=quanta if len(quanta) <= options.max_quanta else [quanta[0], *quanta[-(options.max_quanta - 1) :]],
     )

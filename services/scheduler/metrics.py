@@ -50,6 +50,11 @@ def apply_metrics(book: JobBook, entry: KVEntry, now: float) -> bool:
     step = aggregate.iteration_time_s
     if step is not None and math.isfinite(step) and step > 0:
         state.iteration_time_s = step
+    # Pollux's statistical efficiency (services.core.goodput): the latest the job reported.
+    if aggregate.grad_noise_scale is not None and math.isfinite(aggregate.grad_noise_scale):
+        state.grad_noise_scale = aggregate.grad_noise_scale
+    if aggregate.batch_size is not None:
+        state.batch_size = aggregate.batch_size
     lease = job.lease
     # Only the job's current run (or a sample naming no lease) moves its progress: a released run's
     # aggregate (the watch replays it after a failover; a lost node may flush late) would bring
