@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 import socket
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from schemas.ids import TOKEN_PATTERN
 from services.runtime.config import ServiceConfig
+from services.worker.links import check_link_spec
 from services.worker.orphans import check_timing
 
 __all__ = ["WorkerConfig", "default_node_id"]
@@ -49,6 +50,18 @@ class WorkerConfig(ServiceConfig):
                                        description="Emulated seconds per iteration (before speed-up).")
     emulate_checkpoint_s: float = Field(default=10.0, ge=0,
                                         description="Emulated checkpoint cost on a revoke (before speed-up).")
+    link_bandwidth_gbps: str | None = Field(
+        default=None, max_length=4096,
+        description="Gb/s between this node's GPUs: a server profile (p3.8xlarge, dgx-a100, ...) or pairs "
+        "'0-1=400,2-3=400'; default: NVML's NVLink topology (none for fake GPUs).",
+    )
+    network_gbps: float | None = Field(default=None, gt=0, le=100_000,
+                                       description="Gb/s of this node's uplink to its switch, if known.")
+
+    @field_validator("link_bandwidth_gbps")
+    @classmethod
+    def _link_spec(cls, spec: str | None) -> str | None:
+        return None if spec is None else check_link_spec(spec)
 
     @model_validator(mode="after")
     def _jobs_stop_before_the_ttl(self) -> WorkerConfig:

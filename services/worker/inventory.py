@@ -13,6 +13,7 @@ from typing import Any
 
 from schemas.metrics import GpuSample
 from schemas.nodes import GpuInventory
+from services.worker.links import nvml_link_matrix
 
 __all__ = ["Inventory", "NvmlUnavailableError", "fake_inventory", "host_resources", "nvml_inventory"]
 
@@ -34,6 +35,8 @@ class Inventory:
     fake: bool
     driver_version: str | None = None
     cuda_version: str | None = None
+    link_bandwidth_gbps: list[list[float]] | None = None
+    """NVLink bandwidths between the GPUs (``services.worker.links``), in the order of ``gpus``; None: none found."""
 
     @property
     def indices(self) -> list[int]:
@@ -79,8 +82,10 @@ def nvml_inventory() -> Inventory:
     """The GPUs NVML sees, indexed as CUDA_VISIBLE_DEVICES numbers them."""
     nv = _nvml()
     gpus = []
+    handles = []
     for index in range(nv.nvmlDeviceGetCount()):
         handle = nv.nvmlDeviceGetHandleByIndex(index)
+        handles.append(handle)
         try:
             major, minor = nv.nvmlDeviceGetCudaComputeCapability(handle)
             capability: str | None = f"{major}.{minor}"
@@ -95,8 +100,9 @@ def nvml_inventory() -> Inventory:
         ))  # fmt: skip
     driver = _text(nv.nvmlSystemGetDriverVersion())
     cuda_raw = int(nv.nvmlSystemGetCudaDriverVersion())
+    links = nvml_link_matrix(nv, handles, [g.pci_bus_id for g in gpus])
     return Inventory(gpus=gpus, fake=False, driver_version=driver,
-                     cuda_version=f"{cuda_raw // 1000}.{cuda_raw % 1000 // 10}")
+                     cuda_version=f"{cuda_raw // 1000}.{cuda_raw % 1000 // 10}", link_bandwidth_gbps=links)
 
 
 def _looks_like_pci(value: str) -> bool:

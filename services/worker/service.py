@@ -68,6 +68,7 @@ from services.worker.emulator import Emulator
 from services.worker.inventory import Inventory, discover, host_resources
 from services.worker.launcher import LaunchError, LeasePaths, RankProcess, launch, plan_ranks, stderr_tail
 from services.worker.leases import Lease, LeaseTable
+from services.worker.links import links_from_spec
 from services.worker.log_reader import serve_log_read
 from services.worker.outbox import Outbox
 from services.worker.peers import PeerBook, PeerClaim, judge_peer_fact
@@ -103,6 +104,11 @@ class WorkerService(RoundhouseService):
         root = cfg.checkpoint_root
         self.checkpoint_root = Path(root).resolve() if root else self.work_dir / "checkpoints"
         self.inventory = inventory if inventory is not None else discover(cfg.fake_gpus, cfg.node_id)
+        spec = cfg.link_bandwidth_gbps
+        self.link_bandwidth_gbps = (
+            links_from_spec(spec, self.inventory.indices) if spec else self.inventory.link_bandwidth_gbps
+        )
+        """What the register reports between the GPUs: the setting, else what NVML found."""
         self.table = LeaseTable(self.inventory.indices, epoch_seen=self._load_epoch())
         self.outbox = Outbox()
         self.emulator = Emulator(cfg) if cfg.emulate else None
@@ -814,6 +820,8 @@ class WorkerService(RoundhouseService):
             cuda_version=self.inventory.cuda_version, agent_version=__version__[:128],
             lease_ttl_s=self.cfg.lease_ttl_s,
             labels={"fake-gpus": "true"} if self.inventory.fake and self.inventory.gpus else {},
+            link_bandwidth_gbps=self.link_bandwidth_gbps if self.inventory.gpus else None,
+            network_gbps=self.cfg.network_gbps,
         )  # fmt: skip
 
     async def _heartbeat(self) -> None:
