@@ -249,6 +249,11 @@ class SnapshotReplica:
         self._index: dict[tuple[str, int], int] = {}
         self._cluster: ClusterState | None = None
 
+    @property
+    def cluster(self) -> ClusterState | None:
+        """The cluster of the snapshot held (None before the first): what the last round placed on."""
+        return self._cluster
+
     def apply(self, snapshot: RoundSnapshot) -> tuple[dict[str, JobState], ClusterState]:
         full = snapshot.base is None
         if not full and snapshot.base != self.version:
