@@ -20,6 +20,13 @@ consolidated global placement (Table 4). This policy is that composition:
 * **Jobs wider than a node**: whole nodes, most free GPUs first, and the remainder as the best
   subset of the best-fitting node.
 
+Where the bandwidths come from (Gb/s, one direction): live, from each worker's ``node.register``
+(NVML's NVLink topology or the agent's ``--link-bandwidth-gbps``, ``services.worker.links``), kept by
+the scheduler's inventory and carried by the round snapshot (``SnapshotNode.links``); in the
+simulator, from a cluster built with ``services.core.link_profiles.with_links``. A node that reports
+none has every pair at ``default_bandwidth_gbps``, and the policy then takes the lowest GPU ids, as
+``consolidated`` does.
+
 The walk is the project's shared one (:func:`services.core.placing.place_in_order`): ranking order,
 running jobs keep their GPUs, preemption from the bottom of the ranking; ``backfill`` is off by
 default, as in Blox, where the first job that cannot be placed ends the round.
