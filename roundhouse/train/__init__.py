@@ -20,11 +20,13 @@ from __future__ import annotations
 from roundhouse.train._checkpoint import CHECKPOINT_NAME, CheckpointError, Position, load_checkpoint, save_checkpoint
 from roundhouse.train._env import EnvError, JobEnv
 from roundhouse.train._job import Job, Restored, StateDictLike
+from roundhouse.train._noise import GradientNoiseScale, squared_norm
 
 __all__ = [
     "CHECKPOINT_NAME",
     "CheckpointError",
     "EnvError",
+    "GradientNoiseScale",
     "Job",
     "JobEnv",
     "Position",
@@ -33,6 +35,7 @@ __all__ = [
     "attach",
     "load_checkpoint",
     "save_checkpoint",
+    "squared_norm",
 ]
 
 _current: Job | None = None

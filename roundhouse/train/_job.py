@@ -20,6 +20,7 @@ checked every ``_AGENT_CHECK_S`` from the iteration loop) and stops the same way
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -205,15 +206,20 @@ class Job:
             self._last_report = now
             self.report()
 
-    def report(self, *, loss: float | None = None, batch_size: int | None = None) -> None:
+    def report(
+        self, *, loss: float | None = None, batch_size: int | None = None, grad_noise_scale: float | None = None
+    ) -> None:
         """Hand the latest loss and iteration time to the agent, which publishes ``JobMetrics``
-        (with ``batch_size``, once given, also the throughput in samples per second)."""
+        (with ``batch_size``, once given, also the throughput in samples per second). A job that
+        estimates its gradient noise scale (``GradientNoiseScale``) passes it as ``grad_noise_scale``:
+        Pollux's statistical efficiency reads it."""
         if loss is not None:
             self._loss = loss
         if batch_size is not None and self._channel is not None:
             self._channel.set_samples(batch_size)
         if self._channel is not None:
-            self._channel.report(loss=self._loss, iteration_time_s=self._iter_time or None)
+            noise = grad_noise_scale if grad_noise_scale is not None and math.isfinite(grad_noise_scale) else None
+            self._channel.report(loss=self._loss, iteration_time_s=self._iter_time or None, grad_noise_scale=noise)
 
     def _set_status(self, status: ClientStatus) -> None:
         if self._channel is not None:

@@ -28,6 +28,7 @@ slot    name        writer  meaning
 10      pid         client  the training process's pid
 11      samples     client  samples per iteration when known (batch size), else 0
 12      group       agent   pid of the launched process, leader of the job's process group
+13      noise       client  last gradient noise scale (f64, examples; 0 when unknown), for Pollux
 ======  ==========  ======  ==========================================================================
 
 "agent" is the agent that launched the process or, once that agent is gone, the lease's watchdog
@@ -61,6 +62,8 @@ CHANNEL_SIZE: Final = 128
 _SLOTS: Final = CHANNEL_SIZE // 8
 
 HEADER, STATE, STOP_AT, ITERATION, PAUSED_AT, CKPT_ITER, STATUS, LOSS, ITER_TIME, SEQ, PID, SAMPLES, GROUP = range(13)
+NOISE: Final = 13
+"""Added after version 1 without a version bump: a client that predates it leaves the slot 0 (unknown)."""
 
 
 class ChannelError(RuntimeError):
@@ -224,6 +227,11 @@ class Channel:
         return value if value > 0 else None
 
     @property
+    def grad_noise_scale(self) -> float | None:
+        value = self._d[NOISE]
+        return value if math.isfinite(value) and value > 0 else None
+
+    @property
     def samples_per_iteration(self) -> int | None:
         value = self._q[SAMPLES]
         return value if value > 0 else None
@@ -266,10 +274,15 @@ class Channel:
     def set_samples(self, samples: int) -> None:
         self._q[SAMPLES] = samples
 
-    def report(self, *, loss: float | None = None, iteration_time_s: float | None = None) -> None:
-        """Record the latest loss and/or iteration time; the agent publishes them about once a second."""
+    def report(
+        self, *, loss: float | None = None, iteration_time_s: float | None = None, grad_noise_scale: float | None = None
+    ) -> None:
+        """Record the latest loss, iteration time and/or gradient noise scale; the agent publishes them
+        about once a second."""
         if loss is not None:
             self._d[LOSS] = loss
         if iteration_time_s is not None:
             self._d[ITER_TIME] = iteration_time_s
+        if grad_noise_scale is not None:
+            self._d[NOISE] = grad_noise_scale
         self._q[SEQ] += 1

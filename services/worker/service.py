@@ -1002,9 +1002,16 @@ class WorkerService(RoundhouseService):
             iteration_time_s=iteration_time if iteration_time is not None and iteration_time <= 1e6 else None,
             throughput=samples / iteration_time if samples and iteration_time else None,
             batch_size=samples,
+            grad_noise_scale=_noise_scale(channel.grad_noise_scale),
         )  # fmt: skip
         self._spawn(self._publish_quietly(job_metrics(lease.job_id), event), f"metrics-{lease.lease_id}")
 
     async def _publish_quietly(self, subject: str, event: Event) -> None:
         with contextlib.suppress(nats.errors.Error, BusError):
             await self.bus.publish(subject, event)
+
+
+def _noise_scale(value: float | None) -> float | None:
+    """A client's gradient noise scale within ``JobMetrics``' bounds (a wild value is dropped, not
+    published: the event would be refused)."""
+    return value if value is not None and 0 <= value <= 1e12 else None
