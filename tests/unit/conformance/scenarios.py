@@ -269,6 +269,26 @@ def heterogeneous() -> Scenario:
     return Scenario("heterogeneous", _admit(jobs, cluster), cluster, offered=offered)
 
 
+def goodput_jobs() -> Scenario:
+    """Pollux's workload models (goodput profiles in ``services.core.goodput``) on two 4-GPU nodes:
+    elastic jobs running and waiting, some that reported a gradient noise scale, one rigid."""
+    cluster = make_cluster([4, 4])
+    grown = make_job("cifar-grown", seq=0, gpus=1, max_gpus=8, on=(0, 1, 2), submit=1_000.0, started=2_000.0,
+                     service=9_000.0, model="cifar10", preemptions=1)
+    grown.grad_noise_scale, grown.batch_size = 4_000.0, 1_024
+    jobs = [
+        grown,
+        make_job("bert-one", seq=1, gpus=1, max_gpus=8, on=(4,), submit=3_000.0, started=3_500.0, service=2_000.0,
+                 model="bert", user="bob"),
+        make_job("ncf-wait", seq=2, gpus=1, max_gpus=8, submit=8_000.0, model="ncf"),
+        make_job("yolo-wait", seq=3, gpus=1, max_gpus=8, submit=9_000.0, model="yolov3", user="carol"),
+        make_job("rigid-2", seq=4, gpus=2, submit=9_500.0, model="imagenet"),
+    ]
+    jobs[2].grad_noise_scale = 2.0e6
+    offered = [make_job("new-deepspeech", seq=5, gpus=1, max_gpus=4, submit=9_990.0, model="deepspeech2", held=True)]
+    return Scenario("goodput-jobs", _admit(jobs, cluster), cluster, offered=offered)
+
+
 def random_scenario(seed: int) -> Scenario:
     """A random but consistent snapshot from ``seed``: 1-4 nodes of 1-8 GPUs, 0-14 jobs."""
     rng = random.Random(seed)
@@ -320,6 +340,7 @@ BUILDERS: dict[str, Callable[[], Scenario]] = {
     "elastic-links": elastic_links,
     "two-switches": two_switches,
     "heterogeneous": heterogeneous,
+    "goodput-jobs": goodput_jobs,
     **{f"random-{seed}": functools.partial(random_scenario, seed) for seed in range(6)},
 }
 """Scenario name -> a function that builds it fresh (each test gets its own objects)."""
