@@ -92,6 +92,8 @@ class EtaSettings:
     """Queued jobs simulated (all running jobs are)."""
     default_duration_s: float = 3600.0
     time_scale: float = 1.0
+    packing: bool = False
+    """The scheduler packs (``SchedulerConfig.packing``): simulate packed plans (``ForwardSettings.packing``)."""
 
     def __post_init__(self) -> None:
         if not (self.horizon_s > 0 and math.isfinite(self.horizon_s)):
@@ -257,6 +259,7 @@ def predict(request: EtaRequest) -> EtaTable:
         horizon_s=settings.horizon_s,
         costs=_scaled_costs(settings.time_scale),
         fill_between_rounds=settings.fill_between_rounds,
+        packing=settings.packing,
     )
     out, states = run_forward(
         snapshot,

@@ -44,6 +44,7 @@ def settings_from(cfg: SchedulerConfig) -> EtaSettings:
         max_jobs=cfg.eta_max_jobs,
         default_duration_s=cfg.eta_default_duration_s,
         time_scale=cfg.eta_time_scale,
+        packing=cfg.packing,
     )
 
 

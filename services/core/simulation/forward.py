@@ -59,9 +59,11 @@ from typing import Any
 
 from services.core.costs import CostModel
 from services.core.decisions import Ranking
+from services.core.packing import PackingModel
 from services.core.protocols import AdmissionPolicy, PlacementPolicy, SchedulingPolicy, Trigger
 from services.core.simulation.engine import InitialJob, Outcome, SimConfig, Simulator
 from services.core.simulation.jobs import SimJobState
+from services.core.simulation.packing import PackingSimulator
 from services.core.simulation.stats import percentile
 from services.core.simulation.workload import TraceJob
 from services.core.state import UNAVAILABLE, ClusterState, Gpu, JobState, JobStatus, Node
@@ -252,6 +254,10 @@ class ForwardSettings:
     fill_between_rounds: bool = False
     """Fill rounds between the policy's rounds (``SimConfig.fill_between_rounds``), as the live
     scheduler runs them by default (the ETA simulates them; the synthesizer, like Blox, does not)."""
+    packing: bool = False
+    """Run on ``PackingSimulator`` with the default ``PackingModel`` so that a packing placement's
+    plans (several jobs on one GPU) are simulated, as the live scheduler's ``packing`` runs them;
+    False: the plain engine (such a plan is an error there)."""
 
     def __post_init__(self) -> None:
         if not self.round_s > 0:
@@ -322,19 +328,22 @@ def run_forward(
     if settings.triggers is not None:
         scheduling = Retriggered(scheduling, settings.triggers)  # type: ignore[assignment]
     cluster = snapshot.cluster()
-    simulator = Simulator(
-        (),
-        cluster,
-        admission=admission,
-        scheduling=scheduling,
-        placement=placement,
-        config=SimConfig(
-            round_s=settings.round_s,
-            max_time_s=settings.horizon_s,
-            costs=settings.costs,
-            fill_between_rounds=settings.fill_between_rounds,
-        ),
+    config = SimConfig(
+        round_s=settings.round_s,
+        max_time_s=settings.horizon_s,
+        costs=settings.costs,
+        fill_between_rounds=settings.fill_between_rounds,
     )
+    simulator: Simulator
+    if settings.packing:  # a packing placement's plans put several jobs on one GPU
+        simulator = PackingSimulator(
+            (), cluster, admission=admission, scheduling=scheduling, placement=placement, config=config,
+            packing=PackingModel(),
+        )  # fmt: skip
+    else:
+        simulator = Simulator(
+            (), cluster, admission=admission, scheduling=scheduling, placement=placement, config=config
+        )
     states = simulator.start_from(snapshot.jobs)
     if isinstance(cluster, WithholdingCluster):
         cluster.withhold_free()  # after the running jobs took their GPUs, before the first round

@@ -15,10 +15,12 @@ from services.core.costs import CostModel
 from services.core.packing import DEFAULT_PROFILES, PackingModel
 from services.core.protocols import Trigger
 from services.core.simulation.engine import Outcome, SimConfig, SimulationError, Simulator
+from services.core.simulation.forward import ForwardSettings, run_forward, take_snapshot
 from services.core.simulation.invariants import InvariantError, check_invariants
 from services.core.simulation.packing import PackingSimulator
 from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState
+from tests.unit.policies.builders import cluster, job, jobs_of
 
 FREE = CostModel.free()
 PACKING = PackingModel()
@@ -175,3 +177,27 @@ def test_packing_a_synthetic_burst_keeps_invariants_and_counts_gpus_once() -> No
     assert out.completed == 20
     assert sim.packed_launches > 0
     assert out.productive_gpu_s <= out.busy_gpu_s <= out.total_gpus * out.end_time
+
+
+def test_the_forward_simulation_runs_packed_plans_when_told_the_scheduler_packs() -> None:
+    # The ETA's forward run from a live snapshot: an A3C job runs on the only GPU, another waits.
+    # gandiva with profiles packs the waiting one beside it; the plain engine refuses that plan, the
+    # packing run (ForwardSettings.packing, set from SchedulerConfig.packing) runs it: both end at
+    # 1075 s of packed progress (as in the first test), not one after the other.
+    jobs = jobs_of(
+        job("a", on=[0], duration=1000, submit=0, seq=1, model="a3c"),
+        job("b", duration=1000, submit=0, seq=2, queued_since=0, model="a3c"),
+    )
+    snapshot = take_snapshot(jobs, cluster(1, 1, running=[jobs["a"]]), 0.0)
+
+    def forward(packing: bool) -> Outcome:
+        settings = ForwardSettings(costs=FREE, triggers=Trigger.TIMER | Trigger.CHURN, round_s=60.0, packing=packing)
+        out, _ = run_forward(
+            snapshot, admission=ADMISSION.create("accept-all"), scheduling=SCHEDULING.create("rr", quantum_s=60.0),
+            placement=PLACEMENT.create("gandiva", profiles=PACKING.policy_profiles()), settings=settings,
+        )  # fmt: skip
+        return out
+
+    with pytest.raises(SimulationError, match="which is not free"):
+        forward(packing=False)
+    assert sorted(forward(packing=True).jct) == pytest.approx([1075.0, 1075.0])
