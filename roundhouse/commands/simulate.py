@@ -22,6 +22,7 @@ from roundhouse.sim.per_job import write_jobs_csv
 from roundhouse.sim.report import format_table
 from roundhouse.sim.synthetic import FITGPP_ARRIVALS
 from roundhouse.sim.traces import FORMATS
+from services.core.link_profiles import LINK_PROFILES
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING, Registry, UnknownPolicyError
 from services.core.simulation.engine import SimulationError
 from services.core.simulation.workload import WorkloadError
@@ -106,6 +107,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     cluster = parser.add_argument_group("cluster")
     cluster.add_argument("--cluster", type=_cluster, default="32x4", help="NODESxGPUS (default 32x4)")
     cluster.add_argument("--cluster-spec", type=Path, help="Tiresias cluster spec CSV (overrides --cluster)")
+    cluster.add_argument("--links", choices=sorted(LINK_PROFILES),
+                         help="give every node a server's link bandwidths (GPU pairs, uplink; Gb/s)")
+    cluster.add_argument("--uplink-gbps", type=float, help="override the --links profile's node uplink (Gb/s)")
+    cluster.add_argument("--network-model", action="store_true",
+                         help="a multi-GPU job's speed from its model size and its GPUs' links (off: the "
+                              "fixed per-model spread slowdown)")
     policies = parser.add_argument_group("policies")
     policies.add_argument("--scheduler", type=_list(str), default=["fifo"], metavar="NAME[,NAME...]")
     policies.add_argument("--admission", type=_list(str), default=["accept-all"], metavar="NAME[,NAME...]")
@@ -178,6 +185,9 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
         track=args.track,
         round_on=tuple(args.round_on),
         fill_between_rounds=args.fill_between_rounds,
+        links=args.links,
+        uplink_gbps=args.uplink_gbps,
+        network=args.network_model,
         scheduler_options=args.scheduler_options,
         admission_options=args.admission_options,
         placement_options=args.placement_options,

@@ -15,6 +15,8 @@ from roundhouse.sim.report import summarize
 from roundhouse.sim.synthetic import FitGppSynthetic, GpuCounts, PhillySynthetic
 from roundhouse.sim.traces import read_trace
 from services.core.costs import CostModel
+from services.core.link_profiles import link_profile, with_links
+from services.core.network import NetworkModel
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.simulation.engine import SimConfig, Simulator
@@ -56,6 +58,12 @@ class Case:
     free_preemption: bool = False
     round_on: tuple[str, ...] = ()
     fill_between_rounds: bool = False
+    links: str | None = None
+    """A link profile (``services.core.link_profiles``: ``p3.8xlarge``, ...) for every node (None: no links)."""
+    uplink_gbps: float | None = None
+    """Overrides the profile's node uplink, Gb/s."""
+    network: bool = False
+    """Rates from model sizes and link bandwidths (``SimConfig.network``) instead of the fixed spread slowdown."""
     scheduler_options: Mapping[str, Any] = field(default_factory=dict)
     """Keyword options of the scheduling policy (as a service's ``policy_options``)."""
     admission_options: Mapping[str, Any] = field(default_factory=dict)
@@ -77,6 +85,13 @@ class Case:
 
 
 def build_cluster(case: Case) -> ClusterState:
+    cluster = _shape(case)
+    if case.links is None:
+        return cluster
+    return with_links(cluster, link_profile(case.links), uplink_gbps=case.uplink_gbps)
+
+
+def _shape(case: Case) -> ClusterState:
     if case.cluster_spec is not None:
         return read_tiresias_spec(Path(case.cluster_spec))
     return uniform_cluster(case.cluster)
@@ -167,6 +182,7 @@ def run_case(case: Case, *, progress: bool = False, record_jobs: bool = False) -
         max_time_s=case.max_time_s,
         extra_triggers=_triggers(case.round_on),
         fill_between_rounds=case.fill_between_rounds,
+        network=NetworkModel() if case.network else None,
         costs=CostModel.free() if case.free_preemption else CostModel(),
         debug=case.debug,
         fast_paths=case.fast_paths,
