@@ -65,9 +65,7 @@ MODEL_PROFILES: Mapping[str, ModelProfile] = MappingProxyType(
         "inception3": ModelProfile(27.2, 0.13),  # Szegedy et al. 2016 (CVPR); torchvision 27.2M
         "inception4": ModelProfile(42.7, 0.27),  # Szegedy et al. 2017 (AAAI), Inception-v4
         "googlenet": ModelProfile(6.6, 0.036),  # Szegedy et al. 2015; torchvision 6.6M
-        "cyclegan": ModelProfile(
-            28.3, 0.25
-        ),  # Zhu et al. 2017: 2 generators (11.4M) + 2 PatchGANs (2.8M)
+        "cyclegan": ModelProfile(28.3, 0.25),  # Zhu et al. 2017: 2 generators (11.4M) + 2 PatchGANs (2.8M)
         # --- language and other models (Blox Table 2, Pollux workloads)
         "transformer": ModelProfile(65.0, 0.2),  # Vaswani et al. 2017, Transformer base (Table 3); ~4k tokens/GPU
         "lstm": ModelProfile(28.0, 0.08),  # 2-layer LSTM LM on WikiText-2 (Gavel's workload); assumed step
