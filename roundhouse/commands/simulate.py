@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from roundhouse.sim.case import GPU_COUNT_CHOICES, WORKLOADS, Case
-from roundhouse.sim.cluster import ClusterSpecError, parse_shape
+from roundhouse.sim.cluster import ClusterSpecError, cluster_from_text
 from roundhouse.sim.per_job import write_jobs_csv
 from roundhouse.sim.report import format_table
 from roundhouse.sim.synthetic import FITGPP_ARRIVALS
@@ -72,7 +72,7 @@ def _options(text: str) -> dict[str, Any]:
 
 def _cluster(text: str) -> str:
     try:
-        parse_shape(text)
+        cluster_from_text(text)
     except ClusterSpecError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
@@ -105,7 +105,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     source.add_argument("--num-jobs", type=int, help="stop generating (or reading) after N jobs")
     source.add_argument("--seed", type=_list(int), default=[0], metavar="SEED[,SEED...]")
     cluster = parser.add_argument_group("cluster")
-    cluster.add_argument("--cluster", type=_cluster, default="32x4", help="NODESxGPUS (default 32x4)")
+    cluster.add_argument("--cluster", type=_cluster, default="32x4",
+                         help="NODESxGPUS (default 32x4), or GPU types: TYPE:NODESxGPUS[,...], e.g. "
+                              "k80:3x4,p100:3x4,v100:3x4")
+    cluster.add_argument("--heterogeneity", action="store_true",
+                         help="a job runs at its throughput on the GPU type it holds (Gavel's per-model "
+                              "table; off: every type runs at the trace's speed)")
     cluster.add_argument("--cluster-spec", type=Path, help="Tiresias cluster spec CSV (overrides --cluster)")
     cluster.add_argument("--links", choices=sorted(LINK_PROFILES),
                          help="give every node a server's link bandwidths (GPU pairs, uplink; Gb/s)")
@@ -188,6 +193,7 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
         links=args.links,
         uplink_gbps=args.uplink_gbps,
         network=args.network_model,
+        heterogeneity=args.heterogeneity,
         scheduler_options=args.scheduler_options,
         admission_options=args.admission_options,
         placement_options=args.placement_options,

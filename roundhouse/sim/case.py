@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from roundhouse.sim.cluster import ClusterSpecError, read_tiresias_spec, uniform_cluster
+from roundhouse.sim.cluster import ClusterSpecError, cluster_from_text, read_tiresias_spec
 from roundhouse.sim.per_job import JobRecord, job_records
 from roundhouse.sim.progress import ProgressBar
 from roundhouse.sim.report import summarize
@@ -64,6 +64,8 @@ class Case:
     """Overrides the profile's node uplink, Gb/s."""
     network: bool = False
     """Rates from model sizes and link bandwidths (``SimConfig.network``) instead of the fixed spread slowdown."""
+    heterogeneity: bool = False
+    """GPU types set jobs' speeds (``SimConfig.heterogeneity``; a typed ``cluster`` gives the types)."""
     scheduler_options: Mapping[str, Any] = field(default_factory=dict)
     """Keyword options of the scheduling policy (as a service's ``policy_options``)."""
     admission_options: Mapping[str, Any] = field(default_factory=dict)
@@ -94,7 +96,7 @@ def build_cluster(case: Case) -> ClusterState:
 def _shape(case: Case) -> ClusterState:
     if case.cluster_spec is not None:
         return read_tiresias_spec(Path(case.cluster_spec))
-    return uniform_cluster(case.cluster)
+    return cluster_from_text(case.cluster)
 
 
 def build_workload(case: Case, cluster: ClusterState) -> Iterable[TraceJob]:
@@ -182,6 +184,7 @@ def run_case(case: Case, *, progress: bool = False, record_jobs: bool = False) -
         max_time_s=case.max_time_s,
         extra_triggers=_triggers(case.round_on),
         fill_between_rounds=case.fill_between_rounds,
+        heterogeneity=case.heterogeneity,
         network=NetworkModel() if case.network else None,
         costs=CostModel.free() if case.free_preemption else CostModel(),
         debug=case.debug,
