@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -70,6 +71,9 @@ class _Links:
         return sum(self.between(a, b) for a, b in itertools.combinations(chosen, 2))
 
 
+_INTRA_NODE = ("bandwidth", "random")
+
+
 @PLACEMENT.register("bandwidth-aware")
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BandwidthAwarePlacement:
@@ -84,8 +88,15 @@ class BandwidthAwarePlacement:
     """Largest number of candidate subsets searched exhaustively; beyond it the search is greedy."""
     backfill: bool = False
     """Let lower-ranked jobs take GPUs that a blocked higher-ranked job cannot use."""
+    intra_node: str = "bandwidth"
+    """``bandwidth`` (the policy) or ``random``: GPUs drawn at random on the same node, Blox Table 4's
+    baseline (the node choice stays best fit)."""
+    seed: int = 0
+    """Seed of the ``random`` choice (each job draws from ``"{seed}:{job id}:{preemptions}"``)."""
 
     def __post_init__(self) -> None:
+        if self.intra_node not in _INTRA_NODE:
+            raise ValueError(f"intra_node must be one of {', '.join(_INTRA_NODE)}, got {self.intra_node!r}")
         if self.default_bandwidth_gbps < 0:
             raise ValueError(f"default_bandwidth_gbps must be >= 0, got {self.default_bandwidth_gbps}")
         if self.max_subsets < 1:
@@ -93,6 +104,13 @@ class BandwidthAwarePlacement:
 
     def links(self, cluster: ClusterState, node: int) -> _Links:
         return _Links(cluster.nodes[cluster.node_ids[node]], cluster, self.default_bandwidth_gbps)
+
+    def subset(self, job: JobState, links: _Links, free: Sequence[int], need: int) -> tuple[int, ...]:
+        """``need`` GPUs of ``free`` (one node's) for ``job``: the best-connected, or random ones."""
+        if self.intra_node == "random":
+            rng = random.Random(f"{self.seed}:{job.job_id}:{job.preemptions}")
+            return tuple(sorted(rng.sample(sorted(free), need)))
+        return self.best_subset(links, free, need)
 
     def best_subset(self, links: _Links, free: Sequence[int], need: int) -> tuple[int, ...]:
         """The ``need`` GPUs of ``free`` with the largest aggregate bandwidth (see module doc)."""
@@ -114,9 +132,7 @@ class BandwidthAwarePlacement:
                 if bw > best_bw:
                     best, best_bw = subset, bw
             return best
-        pair = max(
-            itertools.combinations(candidates, 2), key=lambda p: (links.between(*p), -p[0], -p[1])
-        )
+        pair = max(itertools.combinations(candidates, 2), key=lambda p: (links.between(*p), -p[0], -p[1]))
         chosen = list(pair)
         while len(chosen) < need:
             rest = [g for g in candidates if g not in chosen]
@@ -132,18 +148,18 @@ class BandwidthAwarePlacement:
         """GPUs for a job of ``need`` GPUs from the free pool, or None if it should wait."""
         node = best_fit_node(free, need)
         if node is not None:
-            return tuple(sorted(self.best_subset(self.links(cluster, node), list(free[node]), need)))
+            return tuple(sorted(self.subset(job, self.links(cluster, node), list(free[node]), need)))
         if need <= cluster.largest_node_gpus:
             return None
         if isinstance(free, FreeIndex):
-            return self._wide_indexed(free, need, cluster)
+            return self._wide_indexed(job, free, need, cluster)
         chosen: list[int] = []
         unused = dict(free)
         remaining = need
         while remaining > 0 and unused:
             node = best_fit_node(unused, remaining)
             if node is not None:
-                chosen.extend(self.best_subset(self.links(cluster, node), list(unused[node]), remaining))
+                chosen.extend(self.subset(job, self.links(cluster, node), list(unused[node]), remaining))
                 return tuple(sorted(chosen))
             node = min(unused, key=lambda n: (-len(unused[n]), n))
             gpus = unused.pop(node)
@@ -151,7 +167,7 @@ class BandwidthAwarePlacement:
             remaining -= len(gpus)
         return tuple(sorted(chosen)) if remaining == 0 else None
 
-    def _wide_indexed(self, free: FreeIndex, need: int, cluster: ClusterState) -> tuple[int, ...] | None:
+    def _wide_indexed(self, job: JobState, free: FreeIndex, need: int, cluster: ClusterState) -> tuple[int, ...] | None:
         """The wide-job branch of ``fit`` answered from the walk's index (same result)."""
         if need > free.total:
             return None
@@ -161,7 +177,7 @@ class BandwidthAwarePlacement:
         while remaining > 0:
             node = free.best_fit(remaining, used)
             if node is not None:
-                chosen.extend(self.best_subset(self.links(cluster, node), list(free[node]), remaining))
+                chosen.extend(self.subset(job, self.links(cluster, node), list(free[node]), remaining))
                 return tuple(sorted(chosen))
             node = next((n for n in free.most_first() if n not in used), None)
             if node is None:
@@ -177,9 +193,5 @@ class BandwidthAwarePlacement:
         on the best-fitting node (the subset is chosen there); a wider one needs ``need`` in all."""
         return need <= cluster.largest_node_gpus
 
-    def place(
-        self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float
-    ) -> Placement:
-        return place_in_order(
-            ranking, jobs, cluster, self.fit, backfill=self.backfill, single_node=self.single_node
-        )
+    def place(self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Placement:
+        return place_in_order(ranking, jobs, cluster, self.fit, backfill=self.backfill, single_node=self.single_node)

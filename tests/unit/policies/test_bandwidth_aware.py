@@ -110,3 +110,27 @@ def test_missing_pairs_use_the_default_bandwidth() -> None:
 def test_rejects_bad_options(options: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="must be"):
         BandwidthAwarePlacement(**options)  # type: ignore[arg-type]
+
+
+def _random_pairs(seed: int, names: list[str]) -> dict[str, tuple[int, ...]]:
+    policy = BandwidthAwarePlacement(intra_node="random", seed=seed)
+    out: dict[str, tuple[int, ...]] = {}
+    for name in names:
+        jobs = jobs_of(job(name, gpus=2))
+        state = cluster(2, 4, links=LINKS)
+        out[name] = allocation(policy.place(Ranking(order=tuple(jobs)), jobs, state, 0.0))[name]
+    return out
+
+
+def test_random_intra_node_is_blox_table4_baseline_seeded_and_on_the_best_fit_node() -> None:
+    names = [f"j{i}" for i in range(40)]
+    first, again = _random_pairs(0, names), _random_pairs(0, names)
+    assert first == again  # deterministic for a seed
+    assert _random_pairs(1, names) != first
+    assert all(len(gpus) == 2 and set(gpus) <= {0, 1, 2, 3} for gpus in first.values())  # node 0, as best fit
+    assert len(set(first.values())) > 2  # not always the best pair (0, 3)
+
+
+def test_rejects_an_unknown_intra_node_choice() -> None:
+    with pytest.raises(ValueError, match="intra_node must be one of"):
+        BandwidthAwarePlacement(intra_node="fastest")
