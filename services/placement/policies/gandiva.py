@@ -28,6 +28,13 @@ oversubscribed server; its introspective mode then packs, migrates and grows job
    unhomed GPUs that can take them without oversubscription (best fit); if not all can move,
    leave it and try the next. Targets must have the job's affinity (so defragmenting keeps servers
    homogeneous). Moving a running job is a migration (suspend + launch elsewhere).
+2b. **Migration for locality** (``locality=True``; off by default). Gandiva also migrates "to
+   improve locality": it picks jobs "that are not co-located and tr[ies] to find a new co-located
+   placement" (seed 001, "Migration"). A job homed on more servers than it needs
+   (``ceil(gpus / largest server)``; so a job that fits one server and was spread by (d)) is re-homed
+   on one server with enough unhomed GPUs (its own GPUs there count as free for it), same affinity
+   first, then an empty server, then any, best fit; a running job moves (suspend + launch there).
+   Jobs in ranking order; a job wider than a server is not consolidated.
 3. **Time-slicing (suspend-resume).** Walking the ranking (pair with ``rr``: Gandiva time-shares
    "round robin in each server"), a job runs on its home if no higher-ranked job claimed any of
    those GPUs, so a server with height > 1 rotates its jobs and a server with height 1 runs all.
@@ -97,6 +104,7 @@ class Gandiva:
         defrag_threshold: int | None = 3,
         profiles: Mapping[str, Mapping[str, Any]] | None = None,
         grow_after_s: float | None = 300.0,
+        locality: bool = False,
     ) -> None:
         if max_height < 1:
             raise ValueError(f"max_height must be >= 1 (1 disables oversubscription), got {max_height}")
@@ -108,6 +116,9 @@ class Gandiva:
         self.defrag_threshold = defrag_threshold
         self.profiles = {m: _Profile(m, p) for m, p in (profiles or {}).items()}
         self.grow_after_s = grow_after_s
+        self.locality = locality
+        self.consolidated = 0
+        """Jobs re-homed onto fewer servers by locality migration so far (a count for reports)."""
         self._home: dict[str, tuple[int, ...]] = {}
         self._solo: dict[str, float] = {}
         self._bad_pairs: set[frozenset[str]] = set()
@@ -165,6 +176,8 @@ class Gandiva:
             failed.clear()
         if self.defrag_threshold is not None:
             self._defragment(home, live, cluster)
+        if self.locality:
+            self._consolidate(ranking, home, live, cluster)
         self._home = home
         runs = self._time_slice(ranking, live, home, cluster)
         self._grow(runs, live, home, cluster, now)
@@ -305,6 +318,35 @@ class Gandiva:
                 trial[j] = moved[j]
             else:
                 home.update(moved)
+
+    # --- 2b: locality -------------------------------------------------------------------------
+    def _consolidate(
+        self,
+        ranking: Ranking,
+        home: dict[str, tuple[int, ...]],
+        live: Mapping[str, JobState],
+        cluster: ClusterState,
+    ) -> None:
+        largest = cluster.largest_node_gpus
+        for job_id in ranking.order:
+            gpus = home.get(job_id)
+            if gpus is None or job_id not in live or len(gpus) > largest:
+                continue
+            if cluster.nodes_spanned(gpus) <= 1:
+                continue
+            need = len(gpus)
+            view = _ServerView({j: h for j, h in home.items() if j != job_id}, cluster)
+            fits = [s for s in range(len(cluster.node_ids)) if len(view.free[s]) >= need]
+            if not fits:
+                continue
+            same = [s for s in fits if view.affinity(s) == need]
+            empty = [s for s in fits if view.affinity(s) == 0]
+            pool = same or empty or fits
+            target = min(pool, key=lambda s: (len(view.free[s]), s))
+            mine = [g for g in view.free[target] if g in gpus]  # keep the GPUs it already has there
+            rest = [g for g in sorted(view.free[target]) if g not in gpus]
+            home[job_id] = tuple(sorted((mine + rest)[:need]))
+            self.consolidated += 1
 
     # --- 3 + 4: time-slicing and packing -----------------------------------------------------
     def _time_slice(

@@ -11,6 +11,7 @@ import pytest
 from services.core import PLACEMENT
 from services.core.decisions import Ranking
 from services.core.state import ClusterState, JobState
+from services.placement.policies.gandiva import Gandiva
 from tests.unit.policies.builders import allocation, assert_unchanged, cluster, frozen, job, jobs_of
 
 
@@ -30,8 +31,7 @@ def test_affinity_same_size_then_empty_server() -> None:
     # servers of 4: s0 has a 2-GPU job (affinity 2), s1 a 1-GPU job (affinity 1), s2 is empty
     a, b = job("a", gpus=2, on=(0, 1)), job("b", on=(4,))
     items = [a, b, job("c", gpus=2, seq=1), job("d", seq=2), job("e", gpus=4, seq=3)]
-    _, alloc, suspended = place(items, ["a", "b", "c", "d", "e"], cluster(3, 4, running=[a, b]),
-                                defrag_threshold=None)
+    _, alloc, suspended = place(items, ["a", "b", "c", "d", "e"], cluster(3, 4, running=[a, b]), defrag_threshold=None)
     # c joins the 2-GPU server, d the 1-GPU server, e takes the empty one
     assert alloc == {"a": (0, 1), "b": (4,), "c": (2, 3), "d": (5,), "e": (8, 9, 10, 11)}
     assert suspended == ()
@@ -57,16 +57,19 @@ def test_a_time_sliced_job_moves_to_a_gpu_that_became_free() -> None:
     running = [job("a", on=(0,)), job("b", on=(1,), seq=1), job("c", on=(2,), seq=2), job("d", on=(3,), seq=3)]
     e = job("e", seq=4)
     policy = PLACEMENT.create("gandiva", defrag_threshold=None)
-    first = policy.place(Ranking(order=("e", "a", "b", "c", "d")), jobs_of(*running, e), cluster(1, 4, running=running),
-                         0.0)
+    first = policy.place(
+        Ranking(order=("e", "a", "b", "c", "d")), jobs_of(*running, e), cluster(1, 4, running=running), 0.0
+    )
     assert allocation(first) == {"e": (0,), "b": (1,), "c": (2,), "d": (3,)}
     # round 2: d has finished; a waits for GPU 0 (shared with e) while GPU 3 is free: a moves there
     e_running = job("e", on=(0,), seq=4)
     now_running = [e_running, running[1], running[2]]
     items = [job("a"), *now_running]
-    second = policy.place(Ranking(order=("b", "c", "e", "a")), jobs_of(*items), cluster(1, 4, running=now_running),
-                          60.0)
+    second = policy.place(
+        Ranking(order=("b", "c", "e", "a")), jobs_of(*items), cluster(1, 4, running=now_running), 60.0
+    )
     assert allocation(second) == {"a": (3,), "b": (1,), "c": (2,), "e": (0,)}
+    assert isinstance(policy, Gandiva)
     assert policy.homes["a"] == (3,)
     # a job that runs keeps its home even if shared (moving it would be a migration, not a resume)
     assert policy.homes["e"] == (0,)
@@ -179,3 +182,30 @@ def test_grow_after_idle_period_and_shrink_for_a_new_job() -> None:
 def test_rejects_bad_options(options: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         PLACEMENT.create("gandiva", **options)
+
+
+def test_locality_migration_consolidates_a_spread_job_once_its_server_has_room() -> None:
+    # servers of 4: x, y, z fill GPUs 0-2; a (2 GPUs) was spread over GPUs 3 and 4; b and c hold
+    # 5 and 6, GPU 7 is free. Without a's own GPU 4, server 1 has 4 and 7 free: a moves there.
+    running = [job("x", on=(0,)), job("y", on=(1,), seq=1), job("z", on=(2,), seq=2),
+               job("a", gpus=2, on=(3, 4), seq=3), job("b", on=(5,), seq=4), job("c", on=(6,), seq=5)]  # fmt: skip
+    order = ["x", "y", "z", "a", "b", "c"]
+    policy, alloc, suspended = place(running, order, cluster(2, 4, running=running), locality=True)
+    assert alloc["a"] == (4, 7)  # it keeps GPU 4 and takes 7
+    assert suspended == ("a",)  # a migration: suspend, then launch on one server
+    assert policy.consolidated == 1
+    # off (the default): a stays spread
+    _, alloc_off, suspended_off = place(running, order, cluster(2, 4, running=running))
+    assert alloc_off["a"] == (3, 4)
+    assert suspended_off == ()
+
+
+def test_locality_migration_waits_while_no_server_has_room() -> None:
+    running = [job("x", on=(0,)), job("y", on=(1,), seq=1), job("z", on=(2,), seq=2),
+               job("a", gpus=2, on=(3, 4), seq=3), job("b", on=(5,), seq=4), job("c", on=(6,), seq=5),
+               job("d", on=(7,), seq=6)]  # fmt: skip
+    policy, alloc, suspended = place(running, ["x", "y", "z", "a", "b", "c", "d"], cluster(2, 4, running=running),
+                                     locality=True)  # fmt: skip
+    assert alloc["a"] == (3, 4)
+    assert suspended == ()
+    assert policy.consolidated == 0

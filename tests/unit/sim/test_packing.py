@@ -11,7 +11,7 @@ import pytest
 from roundhouse.sim.cluster import uniform_cluster
 from roundhouse.sim.synthetic import GpuCounts, PhillySynthetic
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
-from services.core.costs import CostModel
+from services.core.costs import CostModel, ModelCosts
 from services.core.packing import DEFAULT_PROFILES, PackingModel
 from services.core.protocols import Trigger
 from services.core.simulation.engine import Outcome, SimConfig, SimulationError, Simulator
@@ -201,3 +201,29 @@ def test_the_forward_simulation_runs_packed_plans_when_told_the_scheduler_packs(
     with pytest.raises(SimulationError, match="which is not free"):
         forward(packing=False)
     assert sorted(forward(packing=True).jct) == pytest.approx([1075.0, 1075.0])
+
+
+def test_locality_migration_in_the_simulator_ends_the_spread_job_sooner() -> None:
+    # 2 servers of 4. At 0: seven 1-GPU jobs fill GPUs 0-6 (3 and 6 are short: 5 s and 50 s). At 10
+    # a 2-GPU job arrives and gets GPUs 3 and 7, on two servers: it runs at half speed (spread
+    # slowdown 2, no other cost). At 50 GPU 6 frees: with locality it moves to GPUs 6-7 (one server)
+    # having done 20 s of its 1000 s, and ends at 50 + 980 = 1030; without, at 10 + 2000 = 2010.
+    costs = CostModel(models={}, default=ModelCosts(checkpoint_s=0.0, restore_s=0.0, relaunch_s=0.0,
+                                                     spread_slowdown=2.0))  # fmt: skip
+    durations = [10_000.0, 10_000.0, 10_000.0, 5.0, 10_000.0, 10_000.0, 50.0]
+    jobs = [TraceJob(index=i, arrival_s=0.0, gpus=1, duration_s=d) for i, d in enumerate(durations)]
+    jobs.append(TraceJob(index=7, arrival_s=10.0, gpus=2, duration_s=1000.0))
+
+    def finish_of_the_wide_job(locality: bool) -> float:
+        sim = Simulator(
+            jobs, ClusterState.uniform(2, 4), admission=ADMISSION.create("accept-all"),
+            scheduling=SCHEDULING.create("rr", quantum_s=60.0),
+            placement=PLACEMENT.create("gandiva", locality=locality),
+            config=SimConfig(round_s=60.0, extra_triggers=Trigger.CHURN, costs=costs, debug=True, record_jobs=True),
+        )  # fmt: skip
+        out = sim.run()
+        (k,) = [k for k, index in enumerate(out.job_index) if index == 7]
+        return out.submit[k] + out.jct[k]
+
+    assert finish_of_the_wide_job(locality=False) == pytest.approx(2010.0)
+    assert finish_of_the_wide_job(locality=True) == pytest.approx(1030.0)
