@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from roundhouse.train import GradientNoiseScale, Job, JobEnv, squared_norm
+from schemas.job import JobSpec
 from schemas.metrics import JobMetrics
-from services.metrics.aggregates import FoldOptions, fold
+from services.metrics.aggregates import FoldOptions, JobAggregate, fold
+from services.runtime.kv import KVEntry
+from services.scheduler.book import JobBook
+from services.scheduler.metrics import apply_metrics
 from services.worker.channel import Channel
 
-torch = pytest.importorskip("torch", reason="the toy model needs torch (the train extra)")
-
-
-def _toy_problem(seed: int = 0) -> tuple[object, object, object, float]:
+def _toy_problem(torch: Any, seed: int = 0) -> tuple[Any, Any, Any, float]:
     """Linear least squares at a point away from the optimum: data, labels, weights, and the exact
     noise scale ``tr(S) / |G|^2`` of its per-example gradients over the whole data set."""
     gen = torch.Generator().manual_seed(seed)
@@ -32,15 +34,16 @@ def _toy_problem(seed: int = 0) -> tuple[object, object, object, float]:
     return x, y, w, exact
 
 
-def _grad_sqr(x: object, y: object, w: object, rows: object) -> float:
-    weights = w.clone().requires_grad_(True)  # type: ignore[attr-defined]
-    loss = ((x[rows] @ weights - y[rows]) ** 2).mean()  # type: ignore[index]
+def _grad_sqr(x: Any, y: Any, w: Any, rows: Any) -> float:
+    weights = w.clone().requires_grad_(True)
+    loss = ((x[rows] @ weights - y[rows]) ** 2).mean()
     loss.backward()
     return squared_norm([weights.grad])
 
 
 def test_the_estimate_matches_the_exact_noise_scale_of_a_toy_model() -> None:
-    x, y, w, exact = _toy_problem()
+    torch = pytest.importorskip("torch", reason="the toy model needs torch (the train extra)")
+    x, y, w, exact = _toy_problem(torch)
     gen = torch.Generator().manual_seed(1)
     small, big = 16, 128
     estimator = GradientNoiseScale()  # AdaptDL's smoothing, 0.999
@@ -91,3 +94,16 @@ def test_the_aggregate_keeps_the_latest_noise_scale_and_batch_size() -> None:
     assert (agg.grad_noise_scale, agg.batch_size) == (300.0, 512)  # the newest, whatever the order
     agg = fold(agg, [sample(3, None, None)], FoldOptions())
     assert (agg.grad_noise_scale, agg.batch_size) == (300.0, 512)  # a sample without them keeps them
+
+
+def test_the_scheduler_copies_them_into_the_policys_job_state() -> None:
+    book = JobBook()
+    book.arrived("j", JobSpec(name="j", command=["x"]), submit_time=0.0).commit()  # type: ignore[union-attr]
+    state = book.entry("j").state  # type: ignore[union-attr]
+    assert (state.grad_noise_scale, state.batch_size) == (None, None)
+    aggregate = JobAggregate(job_id="j", iteration=5, samples=1, grad_noise_scale=812.5, batch_size=384)
+    assert apply_metrics(book, KVEntry("j", aggregate.model_dump_json().encode(), revision=1), 0.0)
+    assert (state.grad_noise_scale, state.batch_size) == (812.5, 384)
+    silent = JobAggregate(job_id="j", iteration=6, samples=2)  # a later aggregate without them keeps them
+    apply_metrics(book, KVEntry("j", silent.model_dump_json().encode(), revision=2), 1.0)
+    assert (state.grad_noise_scale, state.batch_size) == (812.5, 384)
