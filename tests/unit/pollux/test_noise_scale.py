@@ -19,6 +19,7 @@ from services.scheduler.book import JobBook
 from services.scheduler.metrics import apply_metrics
 from services.worker.channel import Channel
 
+
 def _toy_problem(torch: Any, seed: int = 0) -> tuple[Any, Any, Any, float]:
     """Linear least squares at a point away from the optimum: data, labels, weights, and the exact
     noise scale ``tr(S) / |G|^2`` of its per-example gradients over the whole data set."""
