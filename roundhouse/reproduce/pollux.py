@@ -19,8 +19,9 @@ artifact's 16 nodes x 4 GPUs; rounds every 60 s, its scheduling interval; placem
   the trace's replicas and batch size, Pollux's "+TunedJobs");
 * ``fifo``: the same tuned jobs under ``fifo`` (no published number; a floor for the others).
 
-Metrics: each workload's average JCT under Pollux and Tiresias beside the artifact's, and the mean
-over workloads of Pollux's change against Tiresias (paper: about -32%). ``--quick`` runs workload 6
+Metrics: each workload's average JCT under Pollux and Tiresias beside the artifact's, and Pollux's
+change against Tiresias in the mean of the workloads' averages (the artifact's numbers give -31.9%
+over all eight, its README's "roughly 32%"). ``--quick`` runs workload 6
 (the artifact's fidelity check) only.
 """
 
@@ -65,8 +66,6 @@ PUBLISHED_JCT_S: dict[str, dict[int, float]] = {
     "tiresias": {1: 2474, 2: 5145, 3: 3876, 4: 3280, 5: 3501, 6: 3470, 7: 5480, 8: 5080},
     "optimus": {1: 4087, 2: 6914, 3: 3944, 4: 5968, 5: 5656, 6: 5302, 7: 7291, 8: 6294},
 }
-PUBLISHED_VS_TIRESIAS_PCT = -32.0
-"""The artifact README's "roughly 32% lower JCT than Tiresias"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +132,6 @@ def run(options: Options) -> ReproResult:
     rows = parallel_map(run_one, runs, options.workers)
     jct = {(r["workload"], r["policy"]): float(r["avg_jct_s"]) for r in rows}
     metrics: dict[str, Metric] = {}
-    changes: list[float] = []
     for w in workloads:
         for policy in ("pollux", "tiresias"):
             metrics[f"avg_jct_{policy}_w{w}"] = Metric(
@@ -142,16 +140,17 @@ def run(options: Options) -> ReproResult:
                 unit="s",
                 description=f"workload {w}: average JCT under {policy}",
             )
-        changes.append(relative_change_pct(jct[w, "pollux"], jct[w, "tiresias"]))
-    published = statistics.fmean(
-        relative_change_pct(PUBLISHED_JCT_S["pollux"][w], PUBLISHED_JCT_S["tiresias"][w]) for w in workloads
-    )
+
+    def mean_jct(policy: str, table: dict[tuple[int, str], float]) -> float:
+        return statistics.fmean(table[w, policy] for w in workloads)
+
+    published = {(w, p): float(v[w]) for p, v in PUBLISHED_JCT_S.items() for w in workloads}
     metrics["pollux_vs_tiresias"] = Metric(
-        ours=statistics.fmean(changes),
-        paper=PUBLISHED_VS_TIRESIAS_PCT if not options.quick else published,
+        ours=relative_change_pct(mean_jct("pollux", jct), mean_jct("tiresias", jct)),
+        paper=relative_change_pct(mean_jct("pollux", published), mean_jct("tiresias", published)),
         unit="%",
-        description="Pollux's average JCT against Tiresias', mean over the workloads run",
-        note="paper: the artifact's per-workload averages over the same workloads",
+        description="Pollux's average JCT against Tiresias', over the workloads run (mean of the workloads' averages)",
+        note="paper: the artifact's averages over the same workloads (all eight: -31.9%, its README's 'roughly 32%')",
     )
     return ReproResult(
         name=NAME,
