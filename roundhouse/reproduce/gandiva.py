@@ -58,6 +58,9 @@ Choices where the summary is silent, and why:
   per-GPU union of the simulator's own held / productive intervals (they include the idle
   reservation of a launch waiting for a checkpoint, which ``_FeedbackSimulator``'s list omits).
 
+* **gandiva-full** (issue 17): **gandiva-packing** plus the placement's locality migration
+  (``locality=True``: a job spread over more servers than it needs moves onto one once it has room).
+
 Grow-shrink needs elastic jobs (``spec.max_gpus``), which ``philly-synthetic`` does not make, so it
 does not act.
 """
@@ -100,9 +103,12 @@ POLICIES: dict[str, tuple[str, str]] = {
     "gandiva": ("rr", "gandiva"),
     "fifo": ("fifo", "consolidated"),
     "gandiva-packing": ("rr", "gandiva"),
+    "gandiva-full": ("rr", "gandiva"),
 }
-PACKING = {"gandiva-packing"}
+PACKING = {"gandiva-packing", "gandiva-full"}
 """Policy sets run with packing on (profiles for the placement, ``PackingSimulator`` with a model)."""
+LOCALITY = {"gandiva-full"}
+"""Policy sets run with the placement's locality migration on (``locality=True``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +219,10 @@ def run_one(run: Run) -> dict[str, Any]:
     ranking, placement = POLICIES[run.policy]
     scheduling = SCHEDULING.create(ranking, quantum_s=run.quantum_s) if ranking == "rr" else SCHEDULING.create(ranking)
     packing = PackingModel() if run.policy in PACKING else None
-    placer = PLACEMENT.create(placement, profiles=packing.policy_profiles()) if packing else PLACEMENT.create(placement)
+    options: dict[str, Any] = {"profiles": packing.policy_profiles()} if packing else {}
+    if run.policy in LOCALITY:
+        options["locality"] = True
+    placer = PLACEMENT.create(placement, **options)
     sim = _FeedbackSimulator(
         workload,
         cluster,
@@ -260,6 +269,7 @@ def run_one(run: Run) -> dict[str, Any]:
         "overload_productive_utilization": overload_productive,
         "packed_launches": sim.packed_launches,
         "unpacked_pairs": getattr(sim.placement, "unpacked", 0),
+        "consolidated": getattr(sim.placement, "consolidated", 0),
         "makespan_s": report["makespan_s"],
         "preemptions": report["preemptions"],
         "migrations": sim.migrations,
@@ -300,6 +310,7 @@ def _summary(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
         "makespan_s",
         "packed_launches",
         "unpacked_pairs",
+        "consolidated",
     )
     return {
         policy: {key: _mean([r for r in rows if r["policy"] == policy], key) for key in keys} for policy in POLICIES
@@ -356,6 +367,40 @@ def _packing_metrics(p: dict[str, float], g: dict[str, float], f: dict[str, floa
             note=(
                 f"pairs unpacked by introspection (packed throughput <= time-slicing): {p['unpacked_pairs']:.1f}; "
                 f"suspensions {p['preemptions']:.0f} vs {g['preemptions']:.0f} without packing"
+            ),
+        ),
+    }
+
+
+def _full_metrics(full: dict[str, float], p: dict[str, float], f: dict[str, float], suffix: str) -> dict[str, Metric]:
+    """Gandiva with packing and locality migration against packing alone and FIFO."""
+    quantum = f"{LONG_QUANTUM_S:g} s quantum" if suffix else f"{QUANTUM_S:g} s quantum"
+    return {
+        f"full_utilization_change_pct{suffix}": Metric(
+            ours=relative_change_pct(full["utilization"], f["utilization"]),
+            paper=None,
+            unit="%",
+            description=(
+                f"held GPU utilization (each GPU once), Gandiva with packing and locality migration vs FIFO, {quantum}"
+            ),
+            note=(
+                f"{full['utilization']:.3f} vs FIFO {f['utilization']:.3f} (packing alone {p['utilization']:.3f}); "
+                f"productive {full['productive_utilization']:.3f} vs FIFO {f['productive_utilization']:.3f} "
+                f"(packing alone {p['productive_utilization']:.3f})"
+            ),
+        ),
+        f"full_productive_utilization_change_pct{suffix}": Metric(
+            ours=relative_change_pct(full["productive_utilization"], f["productive_utilization"]),
+            paper=None,
+            unit="%",
+            description=(
+                "productive GPU utilization (each GPU once), Gandiva with packing and locality migration vs "
+                f"FIFO, {quantum}"
+            ),
+            note=(
+                f"locality migrations {full['consolidated']:.1f} per run; mean first feedback "
+                f"{full['feedback_mean_s'] / 3600:.2f} h (packing alone {p['feedback_mean_s'] / 3600:.2f} h); avg "
+                f"JCT {full['avg_jct_s'] / 3600:.2f} h (packing alone {p['avg_jct_s'] / 3600:.2f} h)"
             ),
         ),
     }
@@ -446,16 +491,12 @@ def run(options: Options) -> ReproResult:
     }
     p = main["gandiva-packing"]
     metrics.update(_packing_metrics(p, g, f, ""))
+    metrics.update(_full_metrics(main["gandiva-full"], p, f, ""))
     long_key = f"quantum_{LONG_QUANTUM_S:g}s"
     if long_key in variants:
-        metrics.update(
-            _packing_metrics(
-                variants[long_key]["gandiva-packing"],
-                variants[long_key]["gandiva"],
-                variants[long_key]["fifo"],
-                "_q300",
-            )
-        )
+        long = variants[long_key]
+        metrics.update(_packing_metrics(long["gandiva-packing"], long["gandiva"], long["fifo"], "_q300"))
+        metrics.update(_full_metrics(long["gandiva-full"], long["gandiva-packing"], long["fifo"], "_q300"))
         lg, lf = variants[long_key]["gandiva"], variants[long_key]["fifo"]
         metrics["feedback_mean_change_pct_q300"] = Metric(
             ours=relative_change_pct(lg["feedback_mean_s"], lf["feedback_mean_s"]),
@@ -506,8 +547,9 @@ def run(options: Options) -> ReproResult:
                 "costs": "default CostModel (never free)",
                 "policies": {name: {"scheduling": s, "placement": p} for name, (s, p) in POLICIES.items()},
                 "packing": (
-                    "gandiva-packing only: services.core.packing.PackingModel() (default profiles), "
-                    "PackingSimulator; the other two run one job per GPU"
+                    "gandiva-packing and gandiva-full: services.core.packing.PackingModel() (default "
+                    "profiles), PackingSimulator; gandiva-full also migrates for locality; the others run one "
+                    "job per GPU"
                 ),
             },
             "variants": variants,

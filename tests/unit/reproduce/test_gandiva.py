@@ -139,7 +139,7 @@ def test_quick_json_shape(quick: dict[str, Any]) -> None:
         assert metric["ours"] is not None
         assert math.isfinite(metric["ours"])
     runs = quick["details"]["runs"]
-    assert {r["policy"] for r in runs} == {"gandiva", "fifo", "gandiva-packing"}
+    assert {r["policy"] for r in runs} == {"gandiva", "fifo", "gandiva-packing", "gandiva-full"}
     assert all(r["jobs"] == quick["details"]["setup"]["jobs"] for r in runs)
 
 
