@@ -144,11 +144,15 @@ class RoundMechanism:
         types = tuple(type_capacity(cluster))
         self._observe(jobs, cluster, types, now)
         problem = self.problem(jobs, cluster, now)
-        if self.objective is not Objective.FINISH_TIME_FAIRNESS:
-            # elapsed time only matters to FTF; zero it so rounds share the memoised LP when nothing else changed
+        if self.objective is Objective.MAX_MIN_FAIRNESS:
+            # Times do not enter max-min fairness: leave them out, so that rounds in which no job came
+            # or went ask the memoised LP the same question (a 6-minute round solves only on churn).
             problem = AllocProblem(problem.types, problem.capacity, tuple(
-                AllocJob(j.job_id, j.scale, j.throughputs, j.weight, j.remaining_s, 0.0, j.duration_s)
-                for j in problem.jobs
+                AllocJob(j.job_id, j.scale, j.throughputs, j.weight) for j in problem.jobs
+            ))  # fmt: skip
+        elif self.objective is Objective.MAKESPAN:  # only the remaining time enters it
+            problem = AllocProblem(problem.types, problem.capacity, tuple(
+                AllocJob(j.job_id, j.scale, j.throughputs, j.weight, j.remaining_s) for j in problem.jobs
             ))  # fmt: skip
         allocation = allocate(problem, self.objective, heterogeneity_aware=self.heterogeneity_aware)
         left = dict(zip(problem.types, problem.capacity, strict=True))
