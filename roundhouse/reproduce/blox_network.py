@@ -15,10 +15,11 @@ built from a cited link profile (:mod:`services.core.link_profiles`):
 * **Fig. 10**: ``consolidated`` vs ``tiresias-skew`` (default list: VGG, AlexNet) at several loads,
   on ``p3.8xlarge`` (NVLink inside, 10 Gb/s out) and on ``p100-ib100`` (PCIe inside, 100 Gb/s out);
   plus a sweep of the uplink at the highest load (``uplink_sweep``).
-* **Fig. 11** (our variant): ``tiresias-skew`` vs "Tiresias+", the same policy consolidating the
-  models the network model calls sensitive (a two-node spread at the profile's uplink slows them by
-  more than ``SENSITIVE_BELOW``), on ``p3.8xlarge`` at the same loads. Blox varies how many of 8
-  workloads are sensitive; we keep Blox's model mix and let the profile decide.
+* **Fig. 11**: an 8-model mix with 5, 6, 7, 8 placement-sensitive models (``fig11_mix``); the skew
+  heuristic (``tiresias-skew``) is given the first 5, "Tiresias+" (the same policy) the models the
+  network model calls sensitive (a two-node spread at the profile's uplink slows them by more than
+  ``SENSITIVE_BELOW``), at ``FIG11_LOAD``. Fig. 10's runs also compare Tiresias+ with the default
+  skew list on Blox's own models.
 * **Table 4**: ``bandwidth-aware`` (the best-connected GPUs of the best-fit node) vs the same node
   choice with random GPUs on it (``intra_node="random"``, Blox's "Random") and vs ``consolidated``
   (the lowest-numbered free GPUs), under FIFO on ``p3.8xlarge``; the bandwidth observed is the
