@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from schemas.nodes import NodeRegister
+from services.core.heterogeneity import normalize_gpu_type
 
 META_KEY = "scheduler.nodes"
 
@@ -90,7 +91,9 @@ class Inventory:
         previous = self._nodes.get(event.node_id)
         incarnation = str(event.incarnation)
         # An operator's drain outlives the agent: a restarted agent registering again is still drained.
-        gpu_type = event.gpus[0].name if event.gpus else "generic"
+        # The type policies see: the driver's product name normalised ("NVIDIA A100-SXM4-80GB" -> "a100"),
+        # the vocabulary of cluster specs and of per-type throughputs (services.core.heterogeneity).
+        gpu_type = normalize_gpu_type(event.gpus[0].name) if event.gpus else "generic"
         self._nodes[event.node_id] = NodeInfo(
             node_id=event.node_id,
             hostname=event.hostname,

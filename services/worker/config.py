@@ -29,6 +29,11 @@ class WorkerConfig(ServiceConfig):
                          description="Stable id of this node (a subject token); default: short host name.")
     host: str = Field(default="127.0.0.1", description="Address other nodes reach this node's processes at.")
     fake_gpus: int = Field(default=0, ge=0, le=64, description="Pretend to have N GPUs (0: ask NVML).")
+    fake_gpu_name: str = Field(
+        default="Roundhouse Fake GPU", min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]*$",
+        description="Product name the fake GPUs report, e.g. 'Tesla V100-SXM2-16GB': the node's GPU type "
+        "(normalised by the scheduler, services.core.heterogeneity). Real GPUs report NVML's.",
+    )
     lease_ttl_s: float = Field(
         default=30.0, gt=0, le=3600,
         description="Cut off from the bus half this long, the agent stops its jobs (done within it); a job "

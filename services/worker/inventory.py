@@ -53,9 +53,9 @@ class Inventory:
         return _nvml_samples(self.gpus)
 
 
-def fake_inventory(count: int, node_id: str) -> Inventory:
+def fake_inventory(count: int, node_id: str, name: str = FAKE_GPU_NAME) -> Inventory:
     gpus = [
-        GpuInventory(index=i, uuid=f"GPU-fake-{node_id}-{i}", name=FAKE_GPU_NAME,
+        GpuInventory(index=i, uuid=f"GPU-fake-{node_id}-{i}", name=name,
                      memory_mib=FAKE_GPU_MEMORY_MIB, compute_capability="9.0")
         for i in range(count)
     ]  # fmt: skip
@@ -132,10 +132,10 @@ def _nvml_samples(gpus: list[GpuInventory]) -> list[GpuSample]:
     return samples
 
 
-def discover(fake_gpus: int, node_id: str) -> Inventory:
-    """Fake GPUs when asked for; else NVML's; else (no driver) none, with a warning."""
+def discover(fake_gpus: int, node_id: str, fake_name: str = FAKE_GPU_NAME) -> Inventory:
+    """Fake GPUs (named ``fake_name``) when asked for; else NVML's; else (no driver) none, with a warning."""
     if fake_gpus > 0:
-        return fake_inventory(fake_gpus, node_id)
+        return fake_inventory(fake_gpus, node_id, fake_name)
     try:
         return nvml_inventory()
     except NvmlUnavailableError as exc:

@@ -103,7 +103,7 @@ class WorkerService(RoundhouseService):
         self.work_dir = Path(cfg.work_dir).resolve()
         root = cfg.checkpoint_root
         self.checkpoint_root = Path(root).resolve() if root else self.work_dir / "checkpoints"
-        self.inventory = inventory if inventory is not None else discover(cfg.fake_gpus, cfg.node_id)
+        self.inventory = inventory if inventory is not None else discover(cfg.fake_gpus, cfg.node_id, cfg.fake_gpu_name)
         spec = cfg.link_bandwidth_gbps
         self.link_bandwidth_gbps = (
             links_from_spec(spec, self.inventory.indices) if spec else self.inventory.link_bandwidth_gbps
