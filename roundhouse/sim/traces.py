@@ -24,8 +24,9 @@ Formats (``roundhouse simulate --trace FILE --format NAME``):
     Our documented schema (docs/simulator.md): a header row, then one job per row. Columns:
     ``arrival_s`` (required), ``gpus`` (required), ``duration_s`` or ``iterations`` with
     ``iteration_s`` (one of the two is required), and optional ``class`` (TE|BE), ``user``,
-    ``model``, ``checkpoint_s``, ``max_gpus`` (an elastic job's cap). Unknown columns are an error
-    (a typo must not be ignored).
+    ``model``, ``checkpoint_s``, ``max_gpus`` (an elastic job's cap), ``throughputs`` (relative speed
+    per GPU type, ``k80=0.2;v100=1``: ``services.core.heterogeneity``; empty: from the model).
+    Unknown columns are an error (a typo must not be ignored).
 
 Rows are sorted by arrival (stable, so equal arrivals keep file order) and re-indexed from 0.
 """
@@ -41,6 +42,7 @@ from types import MappingProxyType
 
 from roundhouse.sim import pollux_workload
 from schemas.job import JobClass
+from services.core.heterogeneity import parse_throughputs
 from services.core.simulation.workload import TraceJob, WorkloadError
 
 FORMATS: tuple[str, ...] = ("philly", "pollux", "pollux-goodput", "pollux-tuned", "roundhouse", "tiresias")
@@ -60,7 +62,7 @@ POLLUX_DURATIONS_S: Mapping[str, float] = MappingProxyType(
 
 ROUNDHOUSE_COLUMNS = frozenset(
     {"arrival_s", "gpus", "duration_s", "iterations", "iteration_s", "class", "user", "model", "checkpoint_s",
-     "max_gpus"}
+     "max_gpus", "throughputs"}
 )
 
 
@@ -113,6 +115,7 @@ def _reindexed(jobs: list[TraceJob]) -> list[TraceJob]:
             iterations=j.iterations,
             checkpoint_s=j.checkpoint_s,
             max_gpus=j.max_gpus,
+            gpu_throughputs=j.gpu_throughputs,
         )
         for i, j in enumerate(jobs)
     ]
@@ -215,6 +218,10 @@ def read_roundhouse(path: Path) -> list[TraceJob]:
             raise WorkloadError(f"{path}:{line}: class must be TE or BE, got {label!r}")
         checkpoint = _num(path, line, row, "checkpoint_s", float) if row.get("checkpoint_s") else None
         max_gpus = int(_num(path, line, row, "max_gpus", float)) if row.get("max_gpus") else None
+        try:
+            throughputs = parse_throughputs(row["throughputs"]) if row.get("throughputs") else None
+        except ValueError as exc:
+            raise WorkloadError(f"{path}:{line}: {exc}") from None
         jobs.append(
             TraceJob(
                 index=len(jobs),
@@ -227,6 +234,7 @@ def read_roundhouse(path: Path) -> list[TraceJob]:
                 iterations=iterations,
                 checkpoint_s=checkpoint,
                 max_gpus=max_gpus,
+                gpu_throughputs=throughputs,
             )
         )
     return _reindexed(jobs)

@@ -298,6 +298,8 @@ def spec_for(job: TraceJob) -> JobSpec:
         fields["memory_gb"] = job.memory_gb
     if job.loss_target is not None:
         fields["loss_target"] = job.loss_target
+    if job.gpu_throughputs is not None:
+        fields["gpu_throughputs"] = dict(job.gpu_throughputs)
     fields_set = _SPEC_FIELDS_SET
     if job.max_gpus is not None:
         fields["max_gpus"] = job.max_gpus

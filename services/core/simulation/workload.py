@@ -9,7 +9,7 @@ as policy-facing state.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from schemas.job import JobClass
@@ -58,6 +58,9 @@ class TraceJob:
     """Pollux's adaptive-batch jobs: progress is the goodput of the model's profile
     (``services.core.simulation.goodput_jobs``; ``duration_s`` is then its run time on one GPU).
     False (the default): the cost model's scaling."""
+    gpu_throughputs: Mapping[str, float] | None = None
+    """Relative speed per GPU type (``JobSpec.gpu_throughputs``; ``services.core.heterogeneity``);
+    None: looked up from ``model``. Used only when the simulator's heterogeneity model is on."""
 
     def __post_init__(self) -> None:
         if self.gpus < 1:

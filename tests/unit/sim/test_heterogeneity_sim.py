@@ -3,14 +3,17 @@ only when ``SimConfig.heterogeneity`` is on; GPU types come from typed cluster s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from roundhouse.sim.cluster import ClusterSpecError, cluster_from_text, parse_typed
+from roundhouse.sim.traces import read_trace
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.costs import CostModel
 from services.core.heterogeneity import GAVEL_THROUGHPUTS
 from services.core.simulation.engine import Outcome, SimConfig, Simulator
-from services.core.simulation.workload import TraceJob
+from services.core.simulation.workload import TraceJob, WorkloadError
 
 
 def _run(cluster: str, jobs: list[TraceJob], *, heterogeneity: bool, placement: str = "consolidated") -> Outcome:
@@ -57,3 +60,14 @@ def test_typed_cluster_specs() -> None:
     for bad in ("k80:", "k80:2x4,,v100:1x1", ":2x2", "k80:0x4"):
         with pytest.raises(ClusterSpecError):
             cluster_from_text(bad)
+
+
+def test_a_traces_own_throughputs_reach_the_simulated_rate(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("arrival_s,gpus,duration_s,model,throughputs\n0,1,100,cyclegan,k80=0.5;v100=1\n")
+    jobs = read_trace(trace, "roundhouse")
+    assert jobs[0].gpu_throughputs == {"k80": 0.5, "v100": 1.0}
+    assert _run("k80:1x1", jobs, heterogeneity=True).jct[0] == pytest.approx(200.0)  # its own 0.5, not Gavel's
+    trace.write_text("arrival_s,gpus,duration_s,throughputs\n0,1,100,k80=fast\n")
+    with pytest.raises(WorkloadError, match=r"jobs\.csv:2: throughput of 'k80' is not a number"):
+        read_trace(trace, "roundhouse")
