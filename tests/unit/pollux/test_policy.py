@@ -6,7 +6,7 @@ import pytest
 
 from services.core import SCHEDULING
 from services.core.goodput import PROFILES
-from services.core.state import ClusterState, JobState
+from services.core.state import UNAVAILABLE, ClusterState, JobState
 from services.scheduler.policies.pollux import PolluxPolicy
 from tests.unit.conformance.scenarios import make_cluster, make_job
 
@@ -123,3 +123,11 @@ def test_decisions_are_deterministic() -> None:
     first, second = PolluxPolicy().rank(*build(), NOW), PolluxPolicy().rank(*build(), NOW)
     assert first == second
     assert sum(first.gpu_targets.values()) == 8  # all GPUs handed out
+
+
+def test_gpus_a_draining_node_holds_are_not_handed_out() -> None:
+    cluster = make_cluster([4])
+    cluster.assign(UNAVAILABLE, (2, 3))  # a draining node's free GPUs, as the scheduler marks them
+    job = make_job("c", seq=0, gpus=1, max_gpus=4, model="cifar10", submit=0.0)
+    job.grad_noise_scale = late("cifar10")
+    assert PolluxPolicy().rank(jobs_by_id(job), cluster, NOW).gpu_targets == {"c": 2}
