@@ -18,6 +18,9 @@ Deviations, each for a reason:
 * ``fill`` (default on): GPUs left after the pairs go to waiting jobs, fastest type first, so a round
   never idles GPUs a job could use (Gavel's LP usually fills the cluster anyway; its greedy pass
   does not).
+* A job wider than every type (Gavel's LP gives it nothing) is granted ``ANY_TYPE`` when enough
+  GPUs are left after everyone else: it runs across types, fastest first, at the slowest one's speed,
+  rather than never.
 * The remaining run time FTF and makespan need is the job's ``expected_duration_s`` (else
   ``default_duration_s``) less the work done: seconds on each type times the job's throughput there,
   from ``received``; a job it has no record of counts its executed seconds at full speed.
@@ -38,6 +41,8 @@ from services.core.lp import load_solver
 from services.core.state import UNAVAILABLE, ClusterState, JobState
 
 _MIN_SHARE = 1e-6
+ANY_TYPE = "*"
+"""The grant of a job wider than every GPU type: it runs across types (at the slowest one's speed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +201,18 @@ class RoundMechanism:
                         assignment[job.job_id] = t
                         order.append(job.job_id)
                         break
+        widest = max(problem.capacity, default=0)
+        for job in rest:  # wider than every type: Gavel cannot run it; we run it across types
+            need = job.gpus_requested
+            if job.job_id in assignment or need <= widest or need > sum(left.values()):
+                continue
+            speed = dict(zip(problem.types, self._throughputs(job, problem.types), strict=True))
+            for t in sorted(problem.types, key=lambda t: (-speed[t], t)):
+                take = min(need, left[t])
+                left[t] -= take
+                need -= take
+            assignment[job.job_id] = ANY_TYPE
+            order.append(job.job_id)
         order.extend(j.job_id for j in rest if j.job_id not in assignment)
         return RoundDecision(allocation=allocation, assignment=assignment, order=tuple(order))
 

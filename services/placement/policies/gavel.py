@@ -11,6 +11,8 @@ turns the grants into GPUs:
    fewest nodes of the type, most free first. A job that does not fit for fragmentation waits;
 3. running jobs not granted, or granted another type, are suspended (moved when they got GPUs).
 
+A job wider than every type (granted ``ANY_TYPE``) takes free GPUs of any type, fewest nodes first.
+
 With ``Ranking.preempt`` False (a fill round) running jobs keep their GPUs and granted waiting jobs
 take only GPUs free now. GPUs a draining node withholds (``UNAVAILABLE``) or held by jobs outside the
 snapshot are never used. The scheduler's ranking fixes who is considered (its jobs), not the order:
@@ -23,7 +25,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from services.core.decisions import Placement, Ranking
-from services.core.gavel_rounds import RoundMechanism, mechanism_from_options
+from services.core.gavel_rounds import ANY_TYPE, RoundMechanism, mechanism_from_options
 from services.core.registry import PLACEMENT
 from services.core.state import ClusterState, JobState
 
@@ -31,9 +33,10 @@ from services.core.state import ClusterState, JobState
 def fit_on_type(
     need: int, gpu_type: str, free: Mapping[int, list[int]], cluster: ClusterState
 ) -> tuple[int, ...] | None:
-    """``need`` GPUs of ``gpu_type`` from ``free`` (free GPU ids by node position, ascending), on one
-    node if any holds them (the one with the fewest free), else on the fewest nodes."""
-    nodes = [pos for pos, gpus in free.items() if gpus and cluster.gpus[gpus[0]].gpu_type == gpu_type]
+    """``need`` GPUs of ``gpu_type`` (any type for ``ANY_TYPE``) from ``free`` (free GPU ids by node
+    position, ascending), on one node if any holds them (the one with the fewest free), else on the
+    fewest nodes."""
+    nodes = [pos for pos, gpus in free.items() if gpus and gpu_type in (ANY_TYPE, cluster.gpus[gpus[0]].gpu_type)]
     fitting = [pos for pos in nodes if len(free[pos]) >= need]
     if fitting:
         best = min(fitting, key=lambda pos: (len(free[pos]), pos))
@@ -73,7 +76,8 @@ class GavelPlacement:
             if not job.is_running:
                 continue
             types = {cluster.gpus[g].gpu_type for g in job.gpus}
-            if not ranking.preempt or types == {decision.assignment.get(job.job_id)}:
+            granted = decision.assignment.get(job.job_id)
+            if not ranking.preempt or types == {granted} or (granted == ANY_TYPE and len(types) > 1):
                 allocation[job.job_id] = tuple(job.gpus)
             else:
                 movable.update(job.gpus)

@@ -133,3 +133,14 @@ def test_every_objective_places_every_job_that_fits(objective: str) -> None:
     allocation = place(PLACEMENT.create("gavel", objective=objective), jobs, cluster, 100.0)
     assert sorted(allocation) == sorted(jobs)
     assert sorted(g for gpus in allocation.values() for g in gpus) == [0, 1, 2, 3]
+
+
+def test_a_job_wider_than_every_type_runs_across_types() -> None:
+    # Gavel's LP cannot give a 2-GPU job anything on 1-GPU types; it runs across them rather than never.
+    cluster = typed("k80", "v100")
+    jobs = {"wide": make_job("wide", seq=0, gpus=2, model="resnet50", submit=0.0)}
+    policy = PLACEMENT.create("gavel")
+    allocation = place(policy, jobs, cluster, 10.0)
+    assert allocation == {"wide": (0, 1)}
+    apply(allocation, jobs, cluster, 10.0)
+    assert place(policy, jobs, cluster, 10.0 + ROUND) == {"wide": (0, 1)}  # and keeps its GPUs
