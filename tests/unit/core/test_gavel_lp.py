@@ -78,12 +78,12 @@ def test_a_job_wider_than_a_type_gets_none_of_it() -> None:
     assert x["wide"]["k80"] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("objective", [Objective.MAX_MIN_FAIRNESS, Objective.MAKESPAN])
+@pytest.mark.parametrize("objective", list(Objective))
 def test_500_jobs_solve_well_within_a_round(objective: Objective) -> None:
     rng = random.Random(7)
     jobs = tuple(
         AllocJob(f"j{i}", rng.choice((1, 1, 1, 2, 4)), (rng.uniform(0.1, 0.5), rng.uniform(0.5, 1.0), 1.0),
-                 remaining_s=rng.uniform(600, 36_000), duration_s=36_000.0)
+                 remaining_s=rng.uniform(600, 36_000), elapsed_s=rng.uniform(0, 7_200), duration_s=36_000.0)
         for i in range(500)
     )  # fmt: skip
     problem = AllocProblem(types=("k80", "p100", "v100"), capacity=(64, 64, 64), jobs=jobs)
@@ -93,5 +93,6 @@ def test_500_jobs_solve_well_within_a_round(objective: Objective) -> None:
     assert len(x) == 500
     for t, cap in zip(problem.types, problem.capacity, strict=True):
         assert sum(job.scale * x[job.job_id][t] for job in jobs) <= cap + 1e-6
-    # A round is minutes (Gavel: 6 min, Blox: 5 min); a loaded 2-core machine solves this in ~1 s.
+    # A round is minutes (Gavel: 6 min, Blox: 5 min); a loaded 2-core machine solves this in 0.08 s
+    # (max-min, makespan) to 1 s (FTF's bisection, ~20 LPs).
     assert elapsed < 10.0, f"{objective}: {elapsed:.2f} s for 500 jobs"
