@@ -133,6 +133,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.add_argument("--fill-between-rounds", action="store_true",
                      help="between the policy's rounds, start waiting jobs on free GPUs without preempting "
                           "(the live scheduler's default; off here, as in Blox)")
+    run.add_argument("--packing", action="store_true",
+                     help="several jobs per GPU where the placement packs them (gandiva: with the packing "
+                          "model's profiles unless --placement-options gives some); docs/simulator.md, Packing")
     run.add_argument("--track", type=_track, help="measure jobs START..END (inclusive), e.g. 3000:4000")
     run.add_argument("--max-time", type=float, dest="max_time_s", help="stop at this simulated time (s)")
     run.add_argument("--free-preemption", action="store_true",
@@ -194,6 +197,7 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
         uplink_gbps=args.uplink_gbps,
         network=args.network_model,
         heterogeneity=args.heterogeneity,
+        packing=args.packing,
         scheduler_options=args.scheduler_options,
         admission_options=args.admission_options,
         placement_options=args.placement_options,

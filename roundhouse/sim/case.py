@@ -17,9 +17,11 @@ from roundhouse.sim.traces import read_trace
 from services.core.costs import CostModel
 from services.core.link_profiles import link_profile, with_links
 from services.core.network import NetworkModel
+from services.core.packing import PackingModel
 from services.core.protocols import Trigger
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.packing import PackingSimulator
 from services.core.simulation.workload import TraceJob, WorkloadError
 from services.core.state import ClusterState
 
@@ -66,6 +68,9 @@ class Case:
     """Rates from model sizes and link bandwidths (``SimConfig.network``) instead of the fixed spread slowdown."""
     heterogeneity: bool = False
     """GPU types set jobs' speeds (``SimConfig.heterogeneity``; a typed ``cluster`` gives the types)."""
+    packing: bool = False
+    """Several jobs per GPU where the placement packs them (``PackingSimulator`` with the default
+    ``PackingModel``; a placement taking ``profiles``, e.g. gandiva, gets the model's unless given)."""
     scheduler_options: Mapping[str, Any] = field(default_factory=dict)
     """Keyword options of the scheduling policy (as a service's ``policy_options``)."""
     admission_options: Mapping[str, Any] = field(default_factory=dict)
@@ -174,6 +179,19 @@ def _job_count(case: Case) -> int | None:
     return case.num_jobs
 
 
+def packing_options(placement: str, options: Mapping[str, Any], packing: PackingModel) -> dict[str, Any]:
+    """``options`` plus the packing model's ``profiles`` when the placement takes them and none are
+    given (so ``--packing`` with gandiva packs with the profiles the simulator models)."""
+    if "profiles" in options:
+        return dict(options)
+    with_profiles = {**options, "profiles": packing.policy_profiles()}
+    try:
+        PLACEMENT.check(placement, with_profiles)
+    except ValueError:
+        return dict(options)  # a placement without profiles packs nothing: the simulator is the engine
+    return with_profiles
+
+
 def run_case(case: Case, *, progress: bool = False, record_jobs: bool = False) -> CaseResult:
     """Build everything ``case`` names, run it, and summarize (and keep per-job records if asked)."""
     cluster = build_cluster(case)
@@ -193,15 +211,21 @@ def run_case(case: Case, *, progress: bool = False, record_jobs: bool = False) -
     )
     scheduling = SCHEDULING.create(case.scheduler, **case.scheduler_options)
     bar = ProgressBar(_job_count(case)) if progress else None
-    simulator = Simulator(
-        workload,
-        cluster,
-        admission=ADMISSION.create(case.admission, **case.admission_options),
-        scheduling=scheduling,
-        placement=PLACEMENT.create(case.placement, **case.placement_options),
-        config=config,
-        progress=bar,
-    )
+    admission = ADMISSION.create(case.admission, **case.admission_options)
+    simulator: Simulator
+    if case.packing:
+        packing = PackingModel()
+        placement = PLACEMENT.create(case.placement, **packing_options(case.placement, case.placement_options, packing))
+        simulator = PackingSimulator(
+            workload, cluster, admission=admission, scheduling=scheduling, placement=placement, config=config,
+            progress=bar, packing=packing,
+        )  # fmt: skip
+    else:
+        placement = PLACEMENT.create(case.placement, **case.placement_options)
+        simulator = Simulator(
+            workload, cluster, admission=admission, scheduling=scheduling, placement=placement, config=config,
+            progress=bar,
+        )  # fmt: skip
     started = time.perf_counter()
     try:
         outcome = simulator.run()

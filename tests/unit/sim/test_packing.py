@@ -6,8 +6,11 @@ Numbers are derived from ``services.core.packing``'s model in the comments: a jo
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from roundhouse.sim.case import Case, packing_options, run_case
 from roundhouse.sim.cluster import uniform_cluster
 from roundhouse.sim.synthetic import GpuCounts, PhillySynthetic
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
@@ -227,3 +230,17 @@ def test_locality_migration_in_the_simulator_ends_the_spread_job_sooner() -> Non
 
     assert finish_of_the_wide_job(locality=False) == pytest.approx(2010.0)
     assert finish_of_the_wide_job(locality=True) == pytest.approx(1030.0)
+
+
+def test_a_simulation_case_packs_with_packing_on() -> None:
+    # roundhouse simulate --packing: gandiva gets the model's profiles and PackingSimulator runs the
+    # packed plans; the same profiles without --packing make plans the engine refuses.
+    case = Case(workload="philly-synthetic", gpus="gavel", cluster="2x4", jobs_per_hour=20.0, num_jobs=20,
+                scheduler="rr", scheduler_options={"quantum_s": 60.0}, placement="gandiva", round_s=60.0,
+                round_on=("churn",), packing=True, debug=True)  # fmt: skip
+    assert run_case(case).report["jobs"] == 20
+    with pytest.raises(SimulationError, match="which is not free"):
+        run_case(dataclasses.replace(case, packing=False, placement_options={"profiles": PACKING.policy_profiles()}))
+    assert packing_options("consolidated", {}, PACKING) == {}  # takes no profiles: unchanged
+    assert packing_options("gandiva", {}, PACKING) == {"profiles": PACKING.policy_profiles()}
+    assert packing_options("gandiva", {"profiles": {}}, PACKING) == {"profiles": {}}
