@@ -28,6 +28,15 @@ how busy the co-tenant keeps the GPU and to ``i``'s *sensitivity* ``s_i`` (the s
 immune). Packing beats time-slicing when ``sum r_i > 1`` (time-slicing gives each job its full
 speed for ``1/k`` of the time: a total of 1), which is Gandiva's success test.
 
+Where the model stands: the seed summary gives no packing slowdowns, and the full Gandiva paper
+(Xiao et al., OSDI '18; its abstract reports +26% aggregate utilization on a 180-GPU cluster from
+time-slicing, packing and migration) measures packing per job pair rather than publishing a model.
+Summing utilizations to decide what fits is the usual first-order rule of GPU sharing (Gandiva
+packs "the job with the lowest GPU utilization ... on a GPU with the lowest GPU utilization";
+Salus, Yu & Chowdhury, arXiv:1902.04610, packs DL jobs on one GPU the same way); the contention
+term is Roundhouse's, so that fitting pairs can still lose, as the summary warns. Measured pairwise
+co-location throughputs (Gavel's space-sharing tables, OSDI '20) would replace ``rates`` one for one.
+
 **The numbers** in ``DEFAULT_PROFILES`` are Roundhouse's assumptions, orders of magnitude for the
 Blox Table 2 models at their usual batch sizes on a 16 GB GPU (the simulator's default GPU), not
 measurements from the papers: small or input-bound models (A3C's reinforcement learning is bound
