@@ -33,7 +33,7 @@ Where the model stands: the seed summary gives no packing slowdowns, and the ful
 time-slicing, packing and migration) measures packing per job pair rather than publishing a model.
 Summing utilizations to decide what fits is the usual first-order rule of GPU sharing (Gandiva
 packs "the job with the lowest GPU utilization ... on a GPU with the lowest GPU utilization";
-Salus, Yu & Chowdhury, arXiv:1902.04610, packs DL jobs on one GPU the same way); the contention
+Salus, Yu & Chowdhury, arXiv:1902.04610, is another system that packs DL jobs on one GPU); the contention
 term is Roundhouse's, so that fitting pairs can still lose, as the summary warns. Measured pairwise
 co-location throughputs (Gavel's space-sharing tables, OSDI '20) would replace ``rates`` one for one.
 
