@@ -129,8 +129,10 @@ class NodeRegister(Event):
         description="Gb/s (gigabits per second, one direction) between GPUs i and j (row and column order of "
         "gpus), if known; 0: unknown (the PCIe/host path).",
     )
-    network_gbps: _Bandwidth | None = Field(
-        default=None, description="Gb/s of the node's link to its switch (its NIC), if known."
+    # > 0, unlike a matrix entry (where 0 means unknown): the round snapshot's ``SnapshotNode.network_gbps``
+    # is > 0, so a 0 kept from a register would make every round's snapshot invalid at the placement.
+    network_gbps: Annotated[float, Field(gt=0, le=100_000)] | None = Field(
+        default=None, description="Gb/s of the node's link to its switch (its NIC), if known; None: not known."
     )
     labels: Labels = Field(default_factory=dict, description="e.g. rack, zone, instance type.")
     driver_version: ShortText | None = None

@@ -148,3 +148,24 @@ def test_a_change_of_links_alone_resends_the_nodes() -> None:
     assert second.nodes is not None
     _, cluster = replica.apply(wire(second)[0])
     assert cluster.nodes["node-a"].link_bandwidth_gbps[(0, 1)] == 300.0
+
+
+def test_a_zero_uplink_is_refused_at_the_register() -> None:
+    """0 is "unknown" in the matrix but not a bandwidth for the uplink: kept, it would make every
+    round's snapshot invalid at the placement (``SnapshotNode.network_gbps`` > 0)."""
+    with pytest.raises(ValidationError):
+        register("n", None, network=0.0)
+
+
+@pytest.mark.parametrize("network", [None, 1e-6, 100_000.0], ids=["unknown", "tiny", "largest"])
+def test_every_register_the_schema_accepts_gives_a_snapshot_the_placement_accepts(network: float | None) -> None:
+    inventory = Inventory(lease_ttl_s=10.0)
+    extreme = [[0.0 if i == j else 100_000.0 for j in range(4)] for i in range(4)]
+    inventory.register(register("edge", extreme, network=network), now=0.0)
+    restored = Inventory(lease_ttl_s=10.0)
+    restored.loads(inventory.dumps(), now=1.0)  # what a new leader reads back
+    on_wire, _ = wire(Owner(list(restored.live())).encode(1_000.0))
+    _, cluster = SnapshotReplica().apply(on_wire)
+    node = cluster.nodes["edge"]
+    assert node.link_bandwidth_gbps[(0, 3)] == 100_000.0
+    assert node.network_gbps == (network if network is not None else Node("x", ()).network_gbps)
