@@ -128,9 +128,9 @@ def _proportional(problem: AllocProblem, job: AllocJob) -> float:
     return sum(tp * n / total for tp, n in zip(job.throughputs, problem.capacity, strict=True)) if total else 0.0
 
 
-def _max_min(problem: AllocProblem, coef: Sequence[Sequence[float]]) -> tuple[float, Allocation]:
+def _max_min(problem: AllocProblem, coef: Sequence[Sequence[float]], *, spare: bool = True) -> tuple[float, Allocation]:
     """Maximise ``min_j sum_t coef[j][t] X[j][t]`` (jobs that fit nowhere are left out of the min),
-    then the sum of the same terms with every job kept at that minimum. Returns (minimum, X)."""
+    then (``spare``) the sum of the same terms with every job kept at that minimum. Returns (minimum, X)."""
     types = problem.types
     n_types = len(types)
     jobs = problem.jobs
@@ -158,6 +158,8 @@ def _max_min(problem: AllocProblem, coef: Sequence[Sequence[float]]) -> tuple[fl
     lp.c[z] = -1.0
     first = solve(lp)
     best = first.x[z]
+    if not spare:
+        return best, _unflatten(problem, first.x[:z])
     # Second stage: keep everyone at the optimal minimum, use what is left.
     keep = LinearProgram(n_vars=z, upper=lp.upper[:z])
     for j in range(len(jobs)):
@@ -211,6 +213,8 @@ def _isolated_s(problem: AllocProblem, job: AllocJob) -> float:
 
 
 _BISECT_STEPS = 24
+_RHO_TOLERANCE = 0.005
+"""Bisection stops when the best finish-time ratio is known within 0.5%."""
 
 
 def _finish_time_fairness(problem: AllocProblem) -> Allocation:
@@ -228,34 +232,36 @@ def _finish_time_fairness(problem: AllocProblem) -> Allocation:
             rates.append(max(job.remaining_s, _FLOOR) / budget)
         return rates
 
-    def feasible(rho: float) -> Allocation | None:
+    def coefficients(rho: float) -> list[list[float]] | None:
         rates = needed_rates(rho)
         if rates is None:
             return None
-        coef = [[tp / r for tp in job.throughputs] for job, r in zip(problem.jobs, rates, strict=True)]
-        best, allocation = _max_min(problem, coef)
-        return allocation if best >= 1.0 - 1e-9 else None
+        return [[tp / r for tp in job.throughputs] for job, r in zip(problem.jobs, rates, strict=True)]
+
+    def feasible(rho: float) -> bool:
+        # One LP per probe, without the second stage: only whether everyone can reach its rate matters.
+        coef = coefficients(rho)
+        return coef is not None and _max_min(problem, coef, spare=False)[0] >= 1.0 - 1e-9
 
     finite = [
         (job.elapsed_s + 1.0) / iso for job, iso in zip(problem.jobs, isolated, strict=True) if math.isfinite(iso)
     ]
     low = max(finite, default=1.0)
     high = max(low * 2.0, 2.0)
-    answer = feasible(high)
     steps = 0
-    while answer is None and steps < 60:  # grow until feasible (it is for large enough rho)
+    while not feasible(high):  # grow until feasible (it is for large enough rho)
         low, high = high, high * 4.0
-        answer = feasible(high)
         steps += 1
-    if answer is None:  # nothing fits anywhere: fall back to max-min fairness's split
-        return _max_min_fairness(problem)
+        if steps > 60:  # nothing fits anywhere: fall back to max-min fairness's split
+            return _max_min_fairness(problem)
     for _ in range(_BISECT_STEPS):
-        mid = math.sqrt(low * high)
-        candidate = feasible(mid)
-        if candidate is None:
-            low = mid
-        else:
-            high, answer = mid, candidate
-        if high / low < 1.001:
+        if high / low < 1 + _RHO_TOLERANCE:
             break
-    return answer
+        mid = math.sqrt(low * high)
+        if feasible(mid):
+            high = mid
+        else:
+            low = mid
+    coef = coefficients(high)
+    assert coef is not None  # feasible(high) held
+    return _max_min(problem, coef)[1]
