@@ -56,6 +56,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+MAX_JOBS_PER_GPU = 2
+"""Jobs one GPU may hold at once with packing: Gandiva packs pairs (its success test compares two
+jobs' packed throughput with time-slicing them). One bound for every part that packs, so that the
+simulator packs what the live scheduler grants and the worker runs: the simulator
+(``PackingSimulator``), the scheduler (``services.scheduler.packing``) and the worker's lease table,
+which refuses a shared grant beyond it (a scheduler bug must not pile leases onto one GPU)."""
+
 
 @dataclass(frozen=True, slots=True)
 class PackingProfile:

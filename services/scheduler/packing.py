@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from services.core.packing import MAX_JOBS_PER_GPU
 from services.scheduler.book import JobBook
 
-MAX_JOBS_PER_GPU = 2
-"""Leases one GPU may hold with packing on (Gandiva packs two jobs per GPU)."""
+__all__ = ["MAX_JOBS_PER_GPU", "GpuLoad"]
 
 
 class GpuLoad:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from schemas.jobs import SuspendReason
 from schemas.leases import LeaseAckError, LeaseGrant
 from schemas.nodes import HeldLease, LeaseState
+from services.core.packing import MAX_JOBS_PER_GPU
 
 if TYPE_CHECKING:
     from services.worker.emulator import EmulatedRun
@@ -158,21 +159,27 @@ class LeaseTable:
         for the old processes to exit (the scheduler moved on once the old lease reported). A GPU held
         by running leases refuses it (``gpu_busy``) unless the grant and every one of them are marked
         ``shared`` (packing: the scheduler said so explicitly for each; an ordinary or forged grant
-        of a busy GPU is still refused).
+        of a busy GPU is still refused), none of them runs the grant's own job (a job packed beside
+        itself is a double run), and the GPU would then hold at most ``MAX_JOBS_PER_GPU`` running
+        leases (a scheduler bug must not pile leases onto one GPU).
         """
         missing = [g for g in grant.gpus if g not in self.gpus]
         if missing:
             return LeaseAckError.NO_SUCH_GPU, []
         waits: list[Lease] = []
         for gpu in grant.gpus:
+            beside = 0
             for owner_id in self._gpu_owners.get(gpu, ()):
                 owner = self._leases[owner_id]
                 if not owner.stopping:
-                    if grant.shared and owner.grant.shared:
-                        continue  # packed beside it: nothing to wait for
+                    if grant.shared and owner.grant.shared and owner.job_id != grant.job_id:
+                        beside += 1  # packed beside it: nothing to wait for
+                        continue
                     return LeaseAckError.GPU_BUSY, []
                 if owner not in waits:
                     waits.append(owner)
+            if beside >= MAX_JOBS_PER_GPU:
+                return LeaseAckError.GPU_BUSY, []
         return None, waits
 
     def add(self, grant: LeaseGrant) -> Lease:

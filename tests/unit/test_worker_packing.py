@@ -6,6 +6,7 @@ from __future__ import annotations
 from schemas.job import JobSpec
 from schemas.leases import LeaseAckError, LeaseGrant
 from schemas.nodes import LeaseState
+from services.core.packing import MAX_JOBS_PER_GPU
 from services.worker.leases import LeaseTable
 
 
@@ -64,3 +65,28 @@ def test_removing_one_shared_lease_keeps_the_other_on_the_gpu() -> None:
     assert table.check_grant(grant("c", (0,))) == (None, [second])
     table.remove(second)
     assert table.check_grant(grant("c", (0,))) == (None, [])
+
+
+def test_a_gpu_takes_at_most_max_jobs_per_gpu_shared_leases() -> None:
+    # A scheduler bug (or a replica that lost count) must not pile leases onto one GPU: with two
+    # shared leases on GPU 0 a third shared grant is refused; a stopping one does not count.
+    assert MAX_JOBS_PER_GPU == 2
+    table = LeaseTable([0, 1])
+    first = table.add(grant("a", (0,), shared=True))
+    table.add(grant("b", (0,), shared=True))
+    assert table.check_grant(grant("c", (0,), shared=True)) == (LeaseAckError.GPU_BUSY, [])
+    assert table.check_grant(grant("d", (0, 1), shared=True)) == (LeaseAckError.GPU_BUSY, [])
+    assert table.check_grant(grant("e", (1,), shared=True)) == (None, [])
+    first.state = LeaseState.STOPPING
+    assert table.check_grant(grant("c", (0,), shared=True)) == (None, [first])
+
+
+def test_a_shared_grant_never_joins_a_running_lease_of_its_own_job() -> None:
+    # Two leases of one job at once is a double run, packed or not: a second shared lease of job-a
+    # on its GPU is refused while the first runs, and waits for it once it stops.
+    table = LeaseTable([0])
+    first = table.add(grant("a", (0,), shared=True))
+    again = grant("a2", (0,), shared=True).model_copy(update={"job_id": first.job_id})
+    assert table.check_grant(again) == (LeaseAckError.GPU_BUSY, [])
+    first.state = LeaseState.STOPPING
+    assert table.check_grant(again) == (None, [first])
