@@ -321,7 +321,7 @@ class Simulator:
             self.active[job.job_id] = job
             if self._keyed is not None:
                 self._keyed.push(job, 0.0)
-            if initial.status is _RUNNING_STATUS and self._can_hold(initial.gpus):
+            if initial.status is _RUNNING_STATUS and self._can_hold(job, initial.gpus):
                 job.queued_since = None
                 costs = job.costs
                 job.costs = replace(costs, restore_s=0.0, relaunch_s=0.0)  # it goes on: no resume
@@ -331,12 +331,14 @@ class Simulator:
                     job.costs = costs
         return states
 
-    def _can_hold(self, gpus: tuple[int, ...]) -> bool:
+    def _can_hold(self, job: SimJobState, gpus: tuple[int, ...]) -> bool:
+        """Whether a running job of a snapshot may go on on ``gpus``: they exist, each once, and are
+        free or may be shared with their holders (``_may_share``: a packed job of a live snapshot)."""
         cluster = self.cluster
         return (
             bool(gpus)
             and len(set(gpus)) == len(gpus)
-            and all(0 <= g < cluster.total_gpus and cluster.is_free(g) for g in gpus)
+            and all(0 <= g < cluster.total_gpus and (cluster.is_free(g) or self._may_share(job, g)) for g in gpus)
         )
 
     # --- main loop ----------------------------------------------------------------------------

@@ -5,8 +5,10 @@
 
 * a plan may launch a job onto a GPU that running jobs hold if their memory fits the GPU together
   (``PackingModel.fits``; paging from host memory is not modelled: a plan that does not fit is an
-  error, as the engine's "not free" is); the GPU is marked shared (``ClusterState.shared_gpus``),
-  which is what lets the invariant checks accept it;
+  error, as the engine's "not free" is) and the GPU holds fewer than ``MAX_JOBS_PER_GPU`` jobs (the
+  bound the live scheduler and worker keep); the GPU is marked shared (``ClusterState.shared_gpus``),
+  which is what lets the invariant checks accept it; a forward run from a live snapshot
+  (``start_from``) keeps a packed running job on its shared GPU by the same rule;
 * every job on a shared GPU progresses at ``PackingModel.rates`` of its speed (a multi-GPU job at
   that of its slowest GPU, as synchronous data-parallel training goes); when a co-tenant arrives
   or leaves, the others' progress lines are re-drawn at their new rates (their completion events
@@ -32,7 +34,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from services.core.packing import PackingModel
+from services.core.packing import MAX_JOBS_PER_GPU, PackingModel
 from services.core.simulation.engine import Simulator
 from services.core.simulation.jobs import SimJobState
 from services.core.state import UNAVAILABLE, JobStatus
@@ -64,7 +66,7 @@ class PackingSimulator(Simulator):
         if model is None:
             return False
         holders = self.cluster.gpu_jobs[gpu]
-        if UNAVAILABLE in holders:
+        if UNAVAILABLE in holders or len(holders) >= MAX_JOBS_PER_GPU:  # the live scheduler's bound
             return False
         jobs = self._jobs
         models = [job.spec.model, *(jobs[h].spec.model for h in holders)]

@@ -15,7 +15,7 @@ from roundhouse.sim.cluster import uniform_cluster
 from roundhouse.sim.synthetic import GpuCounts, PhillySynthetic
 from services.core import ADMISSION, PLACEMENT, SCHEDULING
 from services.core.costs import CostModel, ModelCosts
-from services.core.packing import DEFAULT_PROFILES, PackingModel
+from services.core.packing import DEFAULT_PROFILES, MAX_JOBS_PER_GPU, PackingModel
 from services.core.protocols import Trigger
 from services.core.simulation.engine import Outcome, SimConfig, SimulationError, Simulator
 from services.core.simulation.forward import ForwardSettings, run_forward, take_snapshot
@@ -23,6 +23,7 @@ from services.core.simulation.invariants import InvariantError, check_invariants
 from services.core.simulation.packing import PackingSimulator
 from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState
+from services.scheduler.eta import EtaSettings, options, predict, prepare
 from tests.unit.policies.builders import cluster, job, jobs_of
 
 FREE = CostModel.free()
@@ -244,3 +245,39 @@ def test_a_simulation_case_packs_with_packing_on() -> None:
     assert packing_options("consolidated", {}, PACKING) == {}  # takes no profiles: unchanged
     assert packing_options("gandiva", {}, PACKING) == {"profiles": PACKING.policy_profiles()}
     assert packing_options("gandiva", {"profiles": {}}, PACKING) == {"profiles": {}}
+
+
+def test_a_gpu_is_never_packed_beyond_the_live_bound() -> None:
+    # Three A3C jobs (1.5 GB each) would fit a 16 GB GPU together, but the live scheduler and worker
+    # take at most MAX_JOBS_PER_GPU (2) jobs per GPU: the simulator refuses the third as they do.
+    assert MAX_JOBS_PER_GPU == 2
+    sim = packing_sim([tj(i, 0.0, 1000.0, "a3c") for i in range(3)], max_time_s=1.0)
+    sim.run()
+    assert sorted(sim.cluster.gpu_jobs[0]) == ["0", "1"]
+    assert PACKING.fits(["a3c"] * 3, sim.cluster.gpus[0].memory_mb)
+    assert sim._may_share(sim._jobs["2"], 0) is False
+
+
+def test_the_eta_keeps_a_running_packed_pair_packed() -> None:
+    # The live scheduler packs (EtaSettings.packing): a and b (A3C, 1000 s left each) run packed on
+    # the only GPU, c (A3C, submitted first, e.g. resubmitted after a suspension) waits under FIFO,
+    # which never preempts, and the GPU holds two jobs, the most it takes: c starts once the pair
+    # ends, at 1000 * (1 + 0.3 * 0.25) = 1075 s of packed progress (the first test's rate). Before,
+    # the forward run could not put b back beside a (its GPU was not free), simulated b as waiting
+    # and FIFO then packed c beside a at once: an ETA of now.
+    now = 10_000.0
+    pair = [
+        job(name, on=[0], duration=1000, submit=now - 50 + seq, seq=seq, model="a3c", started=now, executed=0.0)
+        for name, seq in (("a", 1), ("b", 2))
+    ]
+    waiting = job("c", duration=1000, submit=now - 100, seq=0, queued_since=now - 100, model="a3c")
+    live = cluster(1, 1, running=pair)
+    live.mark_shared((0,))
+    eta_settings = EtaSettings(
+        scheduling="fifo", placement="gandiva", placement_options=options({"profiles": PACKING.policy_profiles()}),
+        round_s=60.0, packing=True,
+    )  # fmt: skip
+    table = predict(prepare(jobs_of(*pair, waiting), live, now, eta_settings))
+    eta = table.etas["c"].start
+    assert eta is not None
+    assert eta - now == pytest.approx(1075.0)
