@@ -13,8 +13,9 @@ import pytest
 
 from schemas.jobs import JobCompleted, JobStarted, JobSuspended
 from schemas.leases import LeaseAckError, LeaseGrant
+from schemas.nodes import NodeHeartbeat
 from services.runtime.broker import Broker
-from tests.integration.test_worker_harness import Facts, Scheduler, job_id, one_worker, write_script
+from tests.integration.test_worker_harness import Facts, Scheduler, job_id, one_worker, wait_for, write_script
 
 NODE = "packing-node"
 
@@ -67,3 +68,42 @@ async def test_an_unmarked_grant_of_a_busy_gpu_is_still_refused(node: Node) -> N
     for grant in (shared, exclusive):
         assert (await node.scheduler.revoke(grant)).accepted
         assert isinstance(await node.facts.end(grant.job_id), JobSuspended)
+
+
+async def test_a_full_gpu_and_a_jobs_own_gpu_refuse_shared_grants_and_move_no_fence(node: Node) -> None:
+    # Two shared leases fill GPU 0 (MAX_JOBS_PER_GPU): the heartbeat lists both on GPU 0, each under
+    # its own lease, which is what the scheduler's reconciliation matches (by lease id, not by GPU).
+    # A third shared grant, even with a huge epoch, is refused gpu_busy and moves no fence; so is a
+    # second lease of a job that runs there (packed beside itself it would run twice), and a shared
+    # grant from an older epoch is refused as stale.
+    first = node.grant(100_000, 0.01, gpu=0, shared=True)
+    second = node.grant(100_000, 0.01, gpu=0, shared=True)
+    for grant in (first, second):
+        assert (await node.scheduler.send(grant)).accepted
+        await node.facts.one(JobStarted, grant.job_id)
+
+    def both_listed() -> bool:
+        beats = [b for b in node.facts.of(NodeHeartbeat) if b.node_id == NODE]
+        held = {h.lease_id: list(h.gpus) for h in beats[-1].leases} if beats else {}
+        return held.get(first.lease_id) == [0] and held.get(second.lease_id) == [0]
+
+    await wait_for(both_listed, what="a heartbeat listing both leases on GPU 0")
+    third = node.grant(10, 0.01, gpu=0, shared=True).model_copy(update={"epoch": 2**53})
+    refused = await node.scheduler.send(third)
+    assert (refused.accepted, refused.error, refused.epoch_seen) == (
+        False,
+        LeaseAckError.GPU_BUSY,
+        node.scheduler.epoch,
+    )
+    assert (await node.scheduler.revoke(second)).accepted
+    assert isinstance(await node.facts.end(second.job_id), JobSuspended)
+    own_job = node.grant(10, 0.01, gpu=0, shared=True).model_copy(update={"job_id": first.job_id})
+    refused = await node.scheduler.send(own_job)
+    assert (refused.accepted, refused.error) == (False, LeaseAckError.GPU_BUSY)
+    stale = node.grant(10, 0.01, gpu=0, shared=True).model_copy(update={"epoch": node.scheduler.epoch - 1})
+    refused = await node.scheduler.send(stale)
+    assert (refused.accepted, refused.error) == (False, LeaseAckError.STALE_EPOCH)
+    assert node.facts.of(JobStarted, third.job_id) == []
+    assert len(node.facts.of(JobStarted, first.job_id)) == 1  # it ran once
+    assert (await node.scheduler.revoke(first)).accepted
+    assert isinstance(await node.facts.end(first.job_id), JobSuspended)
