@@ -106,6 +106,7 @@ def _snapshot_job_full() -> SnapshotJob:
         first_start_time=EXAMPLE_TS - 890, last_start_time=EXAMPLE_TS - 600, resumed_at=EXAMPLE_TS - 590,
         last_preempt_time=EXAMPLE_TS - 700, longest_wait_s=9.0, service0=290.0, executed0=290.0,
         iterations_done=1200, preemptions=1, loss=0.42, loss_history=[(EXAMPLE_TS - 60, 0.42)], iteration_time_s=0.25,
+        grad_noise_scale=1_850.0, batch_size=512,
     )  # fmt: skip
 
 

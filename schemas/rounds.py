@@ -202,6 +202,10 @@ class SnapshotJob(WireModel):
         default_factory=list, max_length=MAX_LOSS_HISTORY, exclude_if=lambda v: not v
     )
     iteration_time_s: _Amount | None = _field(None)
+    grad_noise_scale: float | None = _field(None, ge=0, le=1e12)
+    """The job's latest reported gradient noise scale (``JobMetrics.grad_noise_scale``): Pollux ranks by it."""
+    batch_size: int | None = _field(None, ge=1, le=2**31)
+    """The total batch size it reported beside it."""
 
 
 class RoundSnapshot(WireModel):

@@ -100,6 +100,7 @@ def _key(job: JobState, service0: float, executed0: float) -> _Key:
         job.status, job.gpus, job.admit_time, job.first_start_time, job.last_start_time, job.resumed_at,
         job.last_preempt_time, job.queued_since, job.longest_wait_s, service0, executed0, job.iterations_done,
         job.preemptions, job.loss, len(history), history[-1] if history else None, job.iteration_time_s,
+        job.grad_noise_scale, job.batch_size,
     )  # fmt: skip
 
 
@@ -191,6 +192,7 @@ class SnapshotWriter:
                 longest_wait_s=job.longest_wait_s, service0=service0, executed0=executed0,
                 iterations_done=job.iterations_done, preemptions=job.preemptions, loss=job.loss,
                 loss_history=list(job.loss_history), iteration_time_s=job.iteration_time_s,
+                grad_noise_scale=job.grad_noise_scale, batch_size=job.batch_size,
             ))  # fmt: skip
         removed = [job_id for job_id in old_keys if job_id not in keys]
         for job_id in [j for j in specs if j not in jobs]:
@@ -319,6 +321,7 @@ class SnapshotReplica:
                 longest_wait_s=row.longest_wait_s, iterations_done=row.iterations_done,
                 preemptions=row.preemptions, loss=row.loss, loss_history=list(row.loss_history),
                 iteration_time_s=row.iteration_time_s, attained_service=row.service0, executed_time=row.executed0,
+                grad_noise_scale=row.grad_noise_scale, batch_size=row.batch_size,
             )  # fmt: skip
             if row.running:
                 state.status = JobStatus.RUNNING

@@ -141,3 +141,28 @@ def test_forgetting_the_peer_makes_the_next_snapshot_full(owner: Owner) -> None:
     assert full.base is None
     assert full.nodes is not None
     assert len(full.jobs) == 2
+
+
+def test_pollux_reads_the_noise_scale_the_snapshot_carries(owner: Owner) -> None:
+    """Pollux ranks by a job's reported gradient noise scale (``JobState.grad_noise_scale``): the
+    snapshot must carry it (and the batch size reported beside it), in full and as a delta of its
+    own, so that the ranking the snapshot gives is the scheduler's (round differential)."""
+    from services.scheduler.policies.pollux import PolluxPolicy
+
+    for job_id in ("wait", "run"):
+        state = owner.jobs[job_id]
+        state.spec = state.spec.model_copy(update={"model": "cifar10", "max_gpus": 4})
+    owner.jobs["wait"].grad_noise_scale, owner.jobs["wait"].batch_size = 5_000.0, 512
+    replica = SnapshotReplica()
+    first = owner.encode(NOW)
+    jobs, cluster = replica.apply(wire(first))
+    assert_same(owner, jobs, cluster)
+    policy = PolluxPolicy()
+    assert policy.rank(jobs, cluster, NOW) == policy.rank(owner.jobs, owner.cluster, NOW)
+    owner.writer.acknowledged("placement-1", first.version)
+    owner.jobs["run"].grad_noise_scale = 40.0  # a new report alone is a change
+    second = owner.encode(NOW + 1)
+    assert [row.job_id for row in second.jobs] == ["run"]
+    jobs, cluster = replica.apply(wire(second))
+    assert_same(owner, jobs, cluster)
+    assert policy.rank(jobs, cluster, NOW + 1) == policy.rank(owner.jobs, owner.cluster, NOW + 1)
