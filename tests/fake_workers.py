@@ -52,9 +52,17 @@ class FakeWorkers:
     """Fake worker agents for ``nodes`` (node id -> GPU count) on one bus connection."""
 
     def __init__(
-        self, bus: Bus, nodes: dict[str, int], *, stop_delay_s: float = 0.0, report_started: bool = True
+        self,
+        bus: Bus,
+        nodes: dict[str, int],
+        *,
+        stop_delay_s: float = 0.0,
+        report_started: bool = True,
+        links: dict[str, tuple[list[list[float]], float | None]] | None = None,
     ) -> None:
         self.bus = bus
+        self.links = links or {}
+        """node id -> (its register's ``link_bandwidth_gbps`` matrix, its ``network_gbps``)."""
         self.nodes = {n: FakeNode(n, g) for n, g in nodes.items()}
         self.stop_delay_s = stop_delay_s
         self.report_started = report_started
@@ -236,9 +244,11 @@ class FakeWorkers:
             GpuInventory(index=i, uuid=f"GPU-{node_id}-{i}", name="Fake GPU", memory_mib=16_384)
             for i in range(node.gpus)
         ]
+        matrix, network = self.links.get(node_id, (None, None))
         return NodeRegister(
-            node_id=node_id, incarnation=node.incarnation, hostname="127.0.0.1", cpus=32, memory_gb=256, gpus=gpus
-        )
+            node_id=node_id, incarnation=node.incarnation, hostname="127.0.0.1", cpus=32, memory_gb=256, gpus=gpus,
+            link_bandwidth_gbps=matrix, network_gbps=network,
+        )  # fmt: skip
 
     def lease_of(self, job_id: str) -> tuple[str, str] | None:
         """(node_id, lease_id) of the coordinator part running ``job_id`` now, if any."""

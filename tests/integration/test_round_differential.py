@@ -28,6 +28,7 @@ from services.core.snapshot import BaseMismatchError, SnapshotReplica
 from services.core.state import ClusterState
 from services.placement.service import PlacementConfig, PlacementService
 from services.runtime.broker import Broker
+from services.scheduler.topology import Topology
 from tests.integration.test_scheduler import cluster, wait_for
 from tests.unit.conformance.test_policies import OPTIONS
 
@@ -45,6 +46,8 @@ class Observer:
     rankings: list[tuple[int, list[str], list[str]]] = field(default_factory=list)
     """(round, the ranking the snapshot gives, the ranking the scheduler published)."""
     plans: list[PlacementPlan] = field(default_factory=list)
+    cluster: ClusterState | None = None
+    """The cluster of the last snapshot rebuilt."""
 
     def __post_init__(self) -> None:
         self.rank_policy = SCHEDULING.create(self.scheduling, **OPTIONS.get(("scheduling", self.scheduling), {}))
@@ -56,6 +59,7 @@ class Observer:
             jobs, cluster_state = self.replica.apply(message.snapshot)
         except BaseMismatchError:
             return  # the instance answers resync too; the full round follows
+        self.cluster = cluster_state
         ranked = rank_step(self.rank_policy, jobs, cluster_state, message.snapshot.now, fill_only=message.fill_only)
         if any(job_id not in jobs for job_id in message.ranked):
             return  # refused by placement as well; nothing is placed
@@ -90,8 +94,17 @@ def spec(name: str, gpus: int, te: bool = False) -> JobSpec:
 
 
 CASES = [pytest.param("las", name, id=f"las+{name}") for name in PLACEMENT.names()] + [
-    pytest.param(name, "consolidated", id=f"{name}+consolidated") for name in ("fifo", "tiresias", "srtf", "fitgpp")
+    pytest.param(name, "consolidated", id=f"{name}+consolidated")
+    for name in ("fifo", "tiresias", "srtf", "fitgpp", "pollux")
 ]
+
+LINKS: dict[str, tuple[list[list[float]], float | None]] = {
+    "n0": ([[0.0, 200.0, 200.0, 400.0], [200.0, 0.0, 400.0, 200.0], [200.0, 400.0, 0.0, 200.0],
+            [400.0, 200.0, 200.0, 0.0]], 10.0),
+    "n1": ([[0.0, 96.0, 96.0, 96.0], [96.0, 0.0, 96.0, 96.0], [96.0, 96.0, 0.0, 96.0], [96.0, 96.0, 96.0, 0.0]], None),
+}  # fmt: skip
+"""Link facts two of the three nodes register (a p3.8xlarge's NVLink pairs and a 10 Gb/s uplink; PCIe),
+so that the placement replicas rebuild them and the bandwidth-aware policy places by them."""
 
 
 @pytest.mark.parametrize(("scheduling", "placement"), CASES)
@@ -99,7 +112,7 @@ async def test_live_rounds_equal_the_simulated_round_on_the_same_snapshot(
     broker: Broker, namespace: str, tmp_path: Path, scheduling: str, placement: str
 ) -> None:
     async with cluster(broker, namespace, tmp_path) as c:
-        workers = await c.start_workers({"n0": 4, "n1": 4, "n2": 2})
+        workers = await c.start_workers({"n0": 4, "n1": 4, "n2": 2}, links=LINKS)
         s = await c.start_scheduler(policy=scheduling, policy_options=OPTIONS.get(("scheduling", scheduling), {}),
                                     with_placement=False, round_s=0.2)  # fmt: skip
         service = PlacementService(PlacementConfig(
@@ -130,6 +143,14 @@ async def test_live_rounds_equal_the_simulated_round_on_the_same_snapshot(
         finally:
             await service.stop()
         await asyncio.sleep(0)  # let the last plan's callback finish
+    # The replica rebuilt the nodes' link facts as the scheduler's topology holds them.
+    assert observer.cluster is not None
+    expected_nodes = Topology(s.inventory.live()).cluster().nodes
+    for node_id, node in observer.cluster.nodes.items():
+        assert (node.link_bandwidth_gbps, node.network_gbps) == (
+            expected_nodes[node_id].link_bandwidth_gbps, expected_nodes[node_id].network_gbps
+        ), node_id  # fmt: skip
+    assert observer.cluster.nodes["n0"].link_bandwidth_gbps[(3, 0)] == 400.0
     compared = 0
     for plan in observer.plans:
         expected = observer.expected.get(plan.round)
