@@ -229,12 +229,15 @@ def pair_links(event: NodeRegister) -> tuple[tuple[int, int, float], ...]:
 
 
 def _network_from(value: object) -> tuple[tuple[tuple[int, int, float], ...], float | None]:
-    """A stored row's link facts (a row written before they existed has none)."""
+    """A stored row's link facts (a row written before they existed has none). An uplink of 0, which
+    registers were accepted with before ``NodeRegister.network_gbps`` had to be > 0, is read as not
+    reported: kept, it would make every round's snapshot invalid (``SnapshotNode.network_gbps`` > 0)."""
     if not isinstance(value, dict):
         return (), None
     links = tuple((int(a), int(b), float(g)) for a, b, g in value.get("links") or ())
     network = value.get("network_gbps")
-    return links, float(network) if network is not None else None
+    uplink = float(network) if network is not None else None
+    return links, uplink if uplink is not None and uplink > 0 else None
 
 
 def _drain_from(value: object) -> OperatorDrain | None:

@@ -169,3 +169,13 @@ def test_every_register_the_schema_accepts_gives_a_snapshot_the_placement_accept
     node = cluster.nodes["edge"]
     assert node.link_bandwidth_gbps[(0, 3)] == 100_000.0
     assert node.network_gbps == (network if network is not None else Node("x", ()).network_gbps)
+
+
+def test_a_zero_uplink_stored_before_it_was_refused_reads_as_not_reported() -> None:
+    stored = json.dumps({"old": ["h", [0, 1], "inc", 8.0, 64.0, "V100", None, {"links": [], "network_gbps": 0}]})
+    inventory = Inventory(lease_ttl_s=10.0)
+    inventory.loads(stored, now=0.0)
+    node = inventory.get("old")
+    assert node is not None
+    assert node.network_gbps is None
+    wire(Owner(list(inventory.live())).encode(1_000.0))  # the placement accepts the snapshot
