@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any, ClassVar
 
 import nats.errors
@@ -53,6 +54,11 @@ class MetricsConfig(ServiceConfig):
     loss_history: int = Field(default=256, ge=1, le=10_000, description="Loss samples kept per job.")
     max_quanta: int = Field(default=16, ge=2, le=10_000, description="Loss quanta kept per job.")
     max_buffered: int = Field(default=1000, ge=1, le=1_000_000, description="Samples buffered per job per flush.")
+    max_ahead_s: float = Field(
+        default=300.0, gt=0, le=86_400,
+        description="A job sample dated further ahead of this service's clock is dropped: the aggregate keeps "
+        "the newest by timestamp, so one far-future sample would be the job's loss and noise scale for good.",
+    )  # fmt: skip
     kv_ttl_s: float = Field(
         default=JOB_BUCKET_TTL_S, gt=0, le=10**9, description="An entry expires this long after its last write."
     )
@@ -82,7 +88,7 @@ class MetricsService(RoundhouseService):
         """Latest readings per node."""
         self.counts: dict[str, int] = {
             "job_samples": 0, "node_samples": 0, "dropped": 0, "writes": 0, "conflicts": 0, "write_errors": 0,
-            "nvml_samples": 0,
+            "nvml_samples": 0, "future_dated": 0,
         }  # fmt: skip
         self._buffer: dict[str, list[JobMetrics]] = {}
         self._dirty_nodes: set[str] = set()
@@ -122,6 +128,12 @@ class MetricsService(RoundhouseService):
     # --- intake ---------------------------------------------------------------------------------
     async def _on_job(self, sample: JobMetrics) -> None:
         self.counts["job_samples"] += 1
+        if sample.ts > time.time() + self.settings.max_ahead_s:
+            # Any worker may publish metrics.job.* (docs/security.md): a forged far-future sample
+            # would otherwise stay the job's latest (fold keeps the newest by ts) and pin what
+            # pollux and the loss-aware policies read.
+            self.counts["future_dated"] += 1
+            return
         buffered = self._buffer.setdefault(sample.job_id, [])
         if len(buffered) >= self.settings.max_buffered:
             self.counts["dropped"] += 1  # metrics are lossy by design; the next flush catches up

@@ -65,3 +65,32 @@ async def test_refused_noise_scales_are_dropped_and_never_folded(broker: Broker,
     assert {a.grad_noise_scale for a in seen} <= {None, 250.0}
     assert seen[-1].grad_noise_scale == 250.0
     assert seen[-1].samples == 1
+
+
+async def test_a_far_future_sample_cannot_pin_the_noise_scale(broker: Broker, bus: Bus, namespace: str) -> None:
+    """The aggregate keeps the newest sample by its own timestamp: a forged one dated 2099 (within the
+    schema's bound) would have stayed the job's noise scale whatever the job reported after it."""
+    service = MetricsService(MetricsConfig(nats=broker.url, namespace=namespace, flush_interval_s=0.05))
+    service_bus = await Bus.connect(broker.url, name="metrics-future", options=bus.options)
+    await service.start(service_bus)
+    seen: list[JobAggregate] = []
+
+    async def watch(entry: KVEntry) -> None:
+        if not entry.deleted and entry.key == JOB:
+            seen.append(JobAggregate.model_validate_json(entry.value))
+
+    await (await bus.kv(JOB_BUCKET)).watch(">", watch)
+    attacker = await Attacker.connect(broker.url, namespace=namespace)
+    try:
+        forged = JobMetrics(job_id=JOB, rank=0, iteration=10**9, ts=4_070_908_800.0, grad_noise_scale=1e12)
+        await attacker.publish(job_metrics(JOB), forged)
+        await eventually(lambda: service.counts["future_dated"] == 1, 15, "the forged sample judged")
+        honest = JobMetrics(job_id=JOB, rank=0, iteration=5, grad_noise_scale=250.0)  # dated now
+        await bus.publish(job_metrics(JOB), honest)
+        await eventually(lambda: any(a.grad_noise_scale is not None for a in seen), 15, "the honest sample folded")
+    finally:
+        await attacker.close()
+        await service.stop()
+        await service_bus.close()
+    assert {a.grad_noise_scale for a in seen} == {250.0}
+    assert seen[-1].iteration == 5
