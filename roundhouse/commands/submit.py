@@ -50,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--expected-duration", type=float, dest="expected_duration_s")
     parser.add_argument("--expected-iterations", type=int)
     parser.add_argument("--model", help="model/profile hint, e.g. resnet50")
+    parser.add_argument("--throughputs", dest="gpu_throughputs", metavar="TYPE=X[;TYPE=X...]",
+                        help="relative speed per GPU type, e.g. 'k80=0.2;v100=1', for heterogeneity-aware "
+                             "policies (gavel); default: looked up from --model")  # fmt: skip
     parser.add_argument(
         "--workdir", help="working directory of the job's processes on the node (default: this directory, "
         "made absolute; it must exist on the node, as on a shared file system)",
@@ -108,6 +111,13 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
         fields["workdir"] = os.getcwd()
     if args.kind:
         fields["job_class"] = args.kind.upper()
+    if args.gpu_throughputs is not None:
+        from services.core.heterogeneity import parse_throughputs  # only when asked: start-up stays cheap
+
+        try:
+            fields["gpu_throughputs"] = parse_throughputs(args.gpu_throughputs)
+        except ValueError as exc:
+            raise SpecError(f"--throughputs: {exc}") from None
     if args.env:
         env = dict(fields.get("env") or {})
         for item in args.env:
