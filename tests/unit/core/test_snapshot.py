@@ -16,6 +16,7 @@ from services.core.snapshot import (
     policy_spec,
 )
 from services.core.state import ClusterState, JobState
+from services.scheduler.policies.pollux import PolluxPolicy
 from tests.round_builders import NOW, Owner, job
 
 
@@ -147,8 +148,6 @@ def test_pollux_reads_the_noise_scale_the_snapshot_carries(owner: Owner) -> None
     """Pollux ranks by a job's reported gradient noise scale (``JobState.grad_noise_scale``): the
     snapshot must carry it (and the batch size reported beside it), in full and as a delta of its
     own, so that the ranking the snapshot gives is the scheduler's (round differential)."""
-    from services.scheduler.policies.pollux import PolluxPolicy
-
     for job_id in ("wait", "run"):
         state = owner.jobs[job_id]
         state.spec = state.spec.model_copy(update={"model": "cifar10", "max_gpus": 4})
