@@ -171,6 +171,20 @@ class SnapshotNode(WireModel):
     network_gbps: float | None = _field(None, gt=0, le=100_000)
     """The node's uplink from its register; None: not reported (``Node``'s default applies)."""
 
+    @field_validator("links")
+    @classmethod
+    def _links_join_own_gpus_once(cls, links: list[GpuPairLink], info: ValidationInfo) -> list[GpuPairLink]:
+        # The replica keys bandwidths by (a, b) and (b, a): a second entry for a pair would silently
+        # replace the first, and a link to a GPU the node lacks would be a fact about nothing.
+        gpus = info.data.get("gpus")
+        if gpus is not None:
+            own = set(gpus)
+            for link in links:
+                if link.a not in own or link.b not in own:
+                    raise ValueError(f"link {link.a}-{link.b} names a GPU the node does not list")
+        unique([(min(link.a, link.b), max(link.a, link.b)) for link in links])
+        return links
+
 
 class SnapshotJob(WireModel):
     """One admitted, unfinished job as policies see it (``services.core.state.JobState``); fields at

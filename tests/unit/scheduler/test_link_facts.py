@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from schemas.codec import decode, encode
 from schemas.nodes import GpuInventory, NodeRegister
-from schemas.rounds import RoundSnapshot, ScheduleRound
+from schemas.rounds import RoundSnapshot, ScheduleRound, SnapshotNode
 from schemas.subjects import schedule_round
 from services.core.snapshot import SnapshotReplica
 from services.core.state import Node
@@ -179,3 +179,17 @@ def test_a_zero_uplink_stored_before_it_was_refused_reads_as_not_reported() -> N
     assert node is not None
     assert node.network_gbps is None
     wire(Owner(list(inventory.live())).encode(1_000.0))  # the placement accepts the snapshot
+
+
+@pytest.mark.parametrize(
+    "links",
+    [
+        [{"a": 0, "b": 7, "gbps": 400.0}],  # GPU 7 is not the node's
+        [{"a": 0, "b": 1, "gbps": 400.0}, {"a": 1, "b": 0, "gbps": 5.0}],  # the same pair twice
+    ],
+    ids=["foreign-gpu", "duplicate-pair"],
+)
+def test_a_snapshot_node_with_links_it_cannot_have_is_refused(links: list[dict[str, float]]) -> None:
+    with pytest.raises(ValidationError):
+        SnapshotNode.model_validate({"node_id": "n", "gpus": [0, 1, 2, 3], "links": links})
+    assert SnapshotNode.model_validate({"node_id": "n", "gpus": [0, 1, 7], "links": links[:1]}).links
