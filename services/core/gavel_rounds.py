@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from services.core.gavel import Allocation, AllocJob, AllocProblem, Objective, allocate
 from services.core.heterogeneity import throughput_row
@@ -62,6 +62,21 @@ def type_capacity(cluster: ClusterState) -> dict[str, int]:
             continue
         capacity[gpu.gpu_type] = capacity.get(gpu.gpu_type, 0) + 1
     return dict(sorted(capacity.items()))
+
+
+@dataclass(slots=True)
+class _Grants:
+    """One round's grants so far: GPUs left per type, each granted job's type, the grant order."""
+
+    left: dict[str, int]
+    assignment: dict[str, str] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+
+    def grant(self, job_id: str, gpu_type: str, taken: Mapping[str, int]) -> None:
+        for t, count in taken.items():
+            self.left[t] -= count
+        self.assignment[job_id] = gpu_type
+        self.order.append(job_id)
 
 
 class RoundMechanism:
@@ -160,13 +175,33 @@ class RoundMechanism:
                 AllocJob(j.job_id, j.scale, j.throughputs, j.weight, j.remaining_s) for j in problem.jobs
             ))  # fmt: skip
         allocation = allocate(problem, self.objective, heterogeneity_aware=self.heterogeneity_aware)
-        left = dict(zip(problem.types, problem.capacity, strict=True))
+        grants = _Grants(dict(zip(problem.types, problem.capacity, strict=True)))
+        best = self._grant_pairs(jobs, allocation, problem.types, now, grants)
+        rest = sorted(
+            (j for j in jobs.values() if j.job_id not in grants.assignment),
+            key=lambda j: (best.get(j.job_id, (math.inf, 0.0, j.seq, "")), j.seq),
+        )
+        if self.fill:
+            self._fill(rest, problem.types, grants)
+        self._across_types(rest, problem, grants)
+        order = grants.order + [j.job_id for j in rest if j.job_id not in grants.assignment]
+        return RoundDecision(allocation=allocation, assignment=grants.assignment, order=tuple(order))
+
+    def _grant_pairs(
+        self,
+        jobs: Mapping[str, JobState],
+        allocation: Allocation,
+        types: tuple[str, ...],
+        now: float,
+        grants: _Grants,
+    ) -> dict[str, tuple[float, float, int, str]]:
+        """Gavel's greedy pass: (job, type) pairs by decreasing ``X / received``; each job's best key."""
         pairs: list[tuple[float, float, int, str, str]] = []
         best: dict[str, tuple[float, float, int, str]] = {}
         for job in jobs.values():
             alive = max(now - job.submit_time, 1e-9)
             served = self._received.get(job.job_id, {})
-            for t in problem.types:
+            for t in types:
                 share = allocation[job.job_id][t]
                 if share < _MIN_SHARE:
                     continue
@@ -177,44 +212,35 @@ class RoundMechanism:
                 if job.job_id not in best or key < best[job.job_id]:
                     best[job.job_id] = key
         pairs.sort()
-        assignment: dict[str, str] = {}
-        order: list[str] = []
         for *_, gpu_type, job_id in pairs:
-            if job_id in assignment:
-                continue
             need = jobs[job_id].gpus_requested
-            if left[gpu_type] >= need:
-                left[gpu_type] -= need
-                assignment[job_id] = gpu_type
-                order.append(job_id)
-        rest = sorted(
-            (j for j in jobs.values() if j.job_id not in assignment),
-            key=lambda j: (best.get(j.job_id, (math.inf, 0.0, j.seq, "")), j.seq),
-        )
-        if self.fill:
-            for job in rest:
-                speeds = self._throughputs(job, problem.types) if self.heterogeneity_aware else None
-                row = dict(zip(problem.types, speeds or (1.0,) * len(problem.types), strict=True))
-                for t in sorted(problem.types, key=lambda t: (-row[t], t)):
-                    if row[t] > 0 and left[t] >= job.gpus_requested:
-                        left[t] -= job.gpus_requested
-                        assignment[job.job_id] = t
-                        order.append(job.job_id)
-                        break
+            if job_id not in grants.assignment and grants.left[gpu_type] >= need:
+                grants.grant(job_id, gpu_type, {gpu_type: need})
+        return best
+
+    def _fill(self, rest: list[JobState], types: tuple[str, ...], grants: _Grants) -> None:
+        """GPUs left after the pairs go to waiting jobs, each on its fastest type with room."""
+        for job in rest:
+            speeds = self._throughputs(job, types) if self.heterogeneity_aware else None
+            row = dict(zip(types, speeds or (1.0,) * len(types), strict=True))
+            for t in sorted(types, key=lambda t: (-row[t], t)):
+                if row[t] > 0 and grants.left[t] >= job.gpus_requested:
+                    grants.grant(job.job_id, t, {t: job.gpus_requested})
+                    break
+
+    def _across_types(self, rest: list[JobState], problem: AllocProblem, grants: _Grants) -> None:
+        """A job wider than every type (Gavel cannot run it) gets ``ANY_TYPE`` if enough GPUs are left."""
         widest = max(problem.capacity, default=0)
-        for job in rest:  # wider than every type: Gavel cannot run it; we run it across types
+        for job in rest:
             need = job.gpus_requested
-            if job.job_id in assignment or need <= widest or need > sum(left.values()):
+            if job.job_id in grants.assignment or need <= widest or need > sum(grants.left.values()):
                 continue
             speed = dict(zip(problem.types, self._throughputs(job, problem.types), strict=True))
+            taken: dict[str, int] = {}
             for t in sorted(problem.types, key=lambda t: (-speed[t], t)):
-                take = min(need, left[t])
-                left[t] -= take
-                need -= take
-            assignment[job.job_id] = ANY_TYPE
-            order.append(job.job_id)
-        order.extend(j.job_id for j in rest if j.job_id not in assignment)
-        return RoundDecision(allocation=allocation, assignment=assignment, order=tuple(order))
+                taken[t] = min(need, grants.left[t])
+                need -= taken[t]
+            grants.grant(job.job_id, ANY_TYPE, taken)
 
 
 def mechanism_from_options(
