@@ -1,7 +1,10 @@
 """GPU packing: per-model GPU memory and utilization profiles, and the slowdown of co-located jobs.
 
 A contract shared by the simulator (``services.core.simulation.packing``), the ``gandiva`` placement
-policy (its ``profiles``) and the worker's emulated jobs, so it lives in ``services.core``.
+policy (its ``profiles``), the scheduler and the worker's lease table (``MAX_JOBS_PER_GPU``), so it
+lives in ``services.core``. The worker's emulated jobs (``--emulate``) do not use the interference
+model yet: packed emulated jobs each run at full speed, so an emulated live run with packing
+finishes pairs sooner than the simulator does.
 
 Gandiva (Xiao et al., OSDI '18; seed 001, "Packing") runs several training jobs on one GPU at once,
 without NVIDIA MPS: the GPU time-shares their kernels. Its observations, which this module models:
