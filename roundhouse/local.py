@@ -239,6 +239,9 @@ class LocalClusterConfig:
     placement_options: dict[str, Any] = field(default_factory=dict)
     admission_options: dict[str, Any] = field(default_factory=dict)
     round_s: float = 30.0
+    packing: bool = False
+    """The scheduler accepts packed plans and grants shared leases (its ``--packing``): with a packing
+    placement (``gandiva`` with profiles), several jobs share a GPU when their memory fits."""
     emulate: bool = False
     speedup: float = 1.0
     namespace: str = ""
@@ -403,8 +406,18 @@ class LocalCluster:
         simulation of this cluster reads too (``roundhouse.sim.live_config``)."""
         assert self.endpoint is not None
         config = self.config
-        args = ["service", kind, "--nats", self.endpoint.nats, "--namespace", self.endpoint.namespace,
-                "--log-level", config.log_level, "--instance", f"{kind}-local"]
+        args = [
+            "service",
+            kind,
+            "--nats",
+            self.endpoint.nats,
+            "--namespace",
+            self.endpoint.namespace,
+            "--log-level",
+            config.log_level,
+            "--instance",
+            f"{kind}-local",
+        ]
         policy = {"scheduler": config.scheduler, "placement": config.placement, "admission": config.admission}
         if kind in policy:
             options = getattr(config, f"{kind}_options")
@@ -413,10 +426,16 @@ class LocalCluster:
             round_s = config.round_s / config.speedup if config.emulate else config.round_s
             args += ["--db", str(self.state_dir / "scheduler"), "--round-s", str(round_s)]
             # The ETA simulates the placement this cluster runs, and emulated jobs at their speed-up.
-            args += ["--eta-placement", config.placement,
-                     "--eta-placement-options", json.dumps(config.placement_options)]
+            args += [
+                "--eta-placement",
+                config.placement,
+                "--eta-placement-options",
+                json.dumps(config.placement_options),
+            ]
             if config.emulate:
                 args += ["--eta-time-scale", str(config.speedup)]
+            if config.packing:
+                args.append("--packing")
             if self.auth is not None and "operators" in SchedulerConfig.model_fields:
                 args += ["--operators", json.dumps([self.OPERATOR])]
         args += self._creds_args(Role(kind)) + self._metrics_args()
@@ -427,13 +446,27 @@ class LocalCluster:
         assert self.endpoint is not None
         config = self.config
         node_id = f"node-{index}"
-        args = ["service", "worker", "--nats", self.endpoint.nats, "--namespace", self.endpoint.namespace,
-                "--log-level", config.log_level, "--instance", node_id, "--node-id", node_id,
-                "--work-dir", str(self.state_dir / "workers" / node_id),
-                # One checkpoint root for every local worker, as a shared file system gives a real
-                # cluster: a job suspended on one node resumes on another from its checkpoint (each
-                # worker confines resume paths to <root>/<job id>, so a private root would start it over).
-                "--checkpoint-root", str(self.state_dir / "checkpoints")]
+        args = [
+            "service",
+            "worker",
+            "--nats",
+            self.endpoint.nats,
+            "--namespace",
+            self.endpoint.namespace,
+            "--log-level",
+            config.log_level,
+            "--instance",
+            node_id,
+            "--node-id",
+            node_id,
+            "--work-dir",
+            str(self.state_dir / "workers" / node_id),
+            # One checkpoint root for every local worker, as a shared file system gives a real
+            # cluster: a job suspended on one node resumes on another from its checkpoint (each
+            # worker confines resume paths to <root>/<job id>, so a private root would start it over).
+            "--checkpoint-root",
+            str(self.state_dir / "checkpoints"),
+        ]
         if not config.real_gpus:
             args += ["--fake-gpus", str(config.gpus_per_worker)]
         if config.emulate:
@@ -444,9 +477,21 @@ class LocalCluster:
     def _dashboard_args(self) -> list[str]:
         assert self.endpoint is not None
         # No --creds: visitors sign in with their own; an open cluster's page is open too.
-        args = ["dashboard", "--nats", self.endpoint.nats, "--namespace", self.endpoint.namespace,
-                "--host", "127.0.0.1", "--port", str(self.config.dashboard_port),
-                "--state-dir", str(self.state_dir), "--url-file", str(self.state_dir / DASHBOARD_URL_FILE)]
+        args = [
+            "dashboard",
+            "--nats",
+            self.endpoint.nats,
+            "--namespace",
+            self.endpoint.namespace,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.config.dashboard_port),
+            "--state-dir",
+            str(self.state_dir),
+            "--url-file",
+            str(self.state_dir / DASHBOARD_URL_FILE),
+        ]
         return args + (["--insecure"] if self.auth is None else []) + self.config.extra_args.get("dashboard", [])
 
     def start(self) -> Endpoint:

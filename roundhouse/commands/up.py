@@ -42,8 +42,8 @@ from services.core.registry import PolicyPackageError
 
 _POLICY_HELP = {"scheduler": "scheduling", "admission": "admission", "placement": "placement"}
 _OPTION_EXAMPLES = {
-    "scheduler": '\'{"starvation_s": 3600}\' for las',
-    "admission": '\'{"max_jobs": 4}\' for user-quota',
+    "scheduler": "'{\"starvation_s\": 3600}' for las",
+    "admission": "'{\"max_jobs\": 4}' for user-quota",
     "placement": "'{}'",
 }
 
@@ -70,34 +70,50 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "up", help="run broker, services and local workers (Ctrl-C stops)", description=__doc__,
         formatter_class=_HelpFormatter,
     )  # fmt: skip
-    parser.add_argument("--state-dir", type=Path, default=Path(".roundhouse"),
-                        help="broker data, the scheduler's database, credentials, logs; one `up` at a time")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(".roundhouse"),
+        help="broker data, the scheduler's database, credentials, logs; one `up` at a time",
+    )
     parser.add_argument("--workers", type=int, default=2, help="local workers")
     parser.add_argument("--gpus-per-worker", type=int, default=4, help="fake GPUs per worker")
     parser.add_argument("--fake-gpus", action="store_true", help="use fake GPUs even if NVML finds real ones")
     policies = parser.add_argument_group("policies (checked before anything starts)")
     for kind, default in (("scheduler", "las"), ("placement", "consolidated"), ("admission", "accept-all")):
-        policies.add_argument(f"--{kind}", default=default, metavar="NAME",
-                              help=f"{_POLICY_HELP[kind]} policy, one of: {_valid_names(kind)}")
+        policies.add_argument(
+            f"--{kind}",
+            default=default,
+            metavar="NAME",
+            help=f"{_POLICY_HELP[kind]} policy, one of: {_valid_names(kind)}",
+        )
     for kind in ("scheduler", "placement", "admission"):
         policies.add_argument(f"--{kind}-options", type=policy_options, default={}, metavar="JSON",
                               help=f"keyword options of the {_POLICY_HELP[kind]} policy, for the {kind} "
                                    f"service only (as `roundhouse simulate` takes them), e.g. "
                                    f"{_OPTION_EXAMPLES[kind]}")  # fmt: skip
     parser.add_argument("--round", type=float, default=30.0, dest="round_s", help="round length in seconds")
+    parser.add_argument("--packing", action="store_true",
+                        help="let several jobs share a GPU where the placement packs them (gandiva with "
+                             "profiles; docs/scheduler.md, Packing)")  # fmt: skip
     parser.add_argument("--emulate", action="store_true", help="emulate job progress instead of running jobs")
     parser.add_argument("--speedup", type=float, default=1.0, help="with --emulate: clock speed-up factor")
     parser.add_argument("--namespace", default="",
                         help="namespace on the broker (default: the one recorded in --state-dir by an earlier "
                              "run, else a fresh one; another than the recorded one is refused)")  # fmt: skip
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="services' log level")
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="services' log level"
+    )
     parser.add_argument(
         "--insecure", action="store_true",
         help="no authentication: anyone who can reach the NATS port may do anything (never on a shared host)",
     )  # fmt: skip
-    parser.add_argument("--dashboard-port", type=port_number, default=0,
-                        help="the web dashboard's port on 127.0.0.1 (default: 0, a free one; printed)")
+    parser.add_argument(
+        "--dashboard-port",
+        type=port_number,
+        default=0,
+        help="the web dashboard's port on 127.0.0.1 (default: 0, a free one; printed)",
+    )
     parser.add_argument("--no-dashboard", action="store_true", help="do not serve the web dashboard")
     parser.add_argument("--user", help="the user identity commands run here act as (default: your login name)")
     parser.set_defaults(handler=run)
@@ -114,11 +130,18 @@ def run(args: argparse.Namespace) -> int:
             print(f"roundhouse up: --user: {exc}", file=sys.stderr)
             return 2
     real = not args.fake_gpus and not args.emulate and detect_gpus() > 0
+    placement_options = args.placement_options
+    if args.packing:  # as `simulate --packing`: gandiva packs with the packing model's profiles unless given some
+        from roundhouse.sim.case import packing_options
+        from services.core.packing import PackingModel
+
+        placement_options = packing_options(args.placement, placement_options, PackingModel())
     config = LocalClusterConfig(
         state_dir=args.state_dir, workers=args.workers, gpus_per_worker=args.gpus_per_worker, real_gpus=real,
         scheduler=args.scheduler, placement=args.placement, admission=args.admission,
-        scheduler_options=args.scheduler_options, placement_options=args.placement_options,
-        admission_options=args.admission_options, round_s=args.round_s, emulate=args.emulate, speedup=args.speedup,
+        scheduler_options=args.scheduler_options, placement_options=placement_options,
+        admission_options=args.admission_options, round_s=args.round_s, packing=args.packing, emulate=args.emulate,
+        speedup=args.speedup,
         namespace=args.namespace, log_level=args.log_level,
         auth=not args.insecure, user=args.user, dashboard=not args.no_dashboard, dashboard_port=args.dashboard_port,
     )  # fmt: skip
@@ -141,8 +164,11 @@ def run(args: argparse.Namespace) -> int:
         cluster.wait_ready()
         gpus = "the GPUs NVML found" if real else f"{args.workers} workers x {args.gpus_per_worker} fake GPUs"
         reused = " (reused from the state directory)" if cluster.namespace_reused else ""
-        print(f"roundhouse up: NATS {endpoint.nats} namespace {endpoint.namespace}{reused}; {gpus}; "
-              f"logs in {cluster.state_dir / 'logs'}", flush=True)
+        print(
+            f"roundhouse up: NATS {endpoint.nats} namespace {endpoint.namespace}{reused}; {gpus}; "
+            f"logs in {cluster.state_dir / 'logs'}",
+            flush=True,
+        )
         if cluster.metrics_urls:
             print(f"  Prometheus /metrics on 127.0.0.1 (recorded in {cluster.state_dir / 'up.json'}, "
                   "metrics_urls):", flush=True)  # fmt: skip

@@ -39,8 +39,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from services.admission.service import AdmissionConfig
 from services.core.costs import CostModel, ModelCosts
+from services.core.packing import PackingModel
 from services.core.registry import ADMISSION, PLACEMENT, SCHEDULING, Registry
 from services.core.simulation.engine import SimConfig, Simulator
+from services.core.simulation.packing import PackingSimulator
 from services.core.simulation.workload import TraceJob
 from services.core.state import ClusterState
 from services.placement.service import PlacementConfig
@@ -75,9 +77,7 @@ class LiveSettings:
     worker: WorkerConfig
 
 
-def parse_service_args(
-    kind: str, model: type[C], argv: Sequence[str], environ: Mapping[str, str] | None = None
-) -> C:
+def parse_service_args(kind: str, model: type[C], argv: Sequence[str], environ: Mapping[str, str] | None = None) -> C:
     """The settings ``roundhouse service KIND ARGV`` would run with in ``environ`` (default: this
     process's): the service's own flag parser and merge (defaults < ``--config`` file <
     ``ROUNDHOUSE_*`` environment < flags). A leading ``service KIND`` in ``argv`` is skipped."""
@@ -169,16 +169,20 @@ class LiveSimulation:
     emulated: bool
     costs_given: bool = False
     """The caller replaced the derived preemption costs."""
+    packing: bool = False
+    """The live scheduler runs with ``--packing``: the simulation packs as it does (the packing
+    simulator, whose interference model the emulating worker does not apply: docs/scheduler.md)."""
 
     def simulator(self, workload: Iterable[TraceJob], cluster: ClusterState) -> Simulator:
         """A simulator of ``workload`` on ``cluster`` with fresh policy objects built from the settings."""
+        admission = ADMISSION.create(self.admission, **self.admission_options)
+        scheduling = SCHEDULING.create(self.scheduler, **self.scheduler_options)
+        placement = PLACEMENT.create(self.placement, **self.placement_options)
+        if self.packing:
+            return PackingSimulator(workload, cluster, admission=admission, scheduling=scheduling,
+                                    placement=placement, config=self.config, packing=PackingModel())  # fmt: skip
         return Simulator(
-            workload,
-            cluster,
-            admission=ADMISSION.create(self.admission, **self.admission_options),
-            scheduling=SCHEDULING.create(self.scheduler, **self.scheduler_options),
-            placement=PLACEMENT.create(self.placement, **self.placement_options),
-            config=self.config,
+            workload, cluster, admission=admission, scheduling=scheduling, placement=placement, config=self.config
         )
 
     def describe(self) -> dict[str, Any]:
@@ -189,7 +193,7 @@ class LiveSimulation:
             "scheduler": self.scheduler, "scheduler_options": dict(self.scheduler_options),
             "placement": self.placement, "placement_options": dict(self.placement_options),
             "admission": self.admission, "admission_options": dict(self.admission_options),
-            "round_s": config.round_s, "fill_between_rounds": config.fill_between_rounds,
+            "round_s": config.round_s, "fill_between_rounds": config.fill_between_rounds, "packing": self.packing,
             "start_latency_s": config.start_latency_s, "stop_latency_s": config.stop_latency_s,
             "time_scale": self.time_scale, "lease_ttl_s": self.lease_ttl_s,
             "costs": "given by the caller" if self.costs_given
@@ -238,4 +242,5 @@ def simulation_from_live(
         lease_ttl_s=scheduler.lease_ttl_s * scale,
         emulated=worker.emulate,
         costs_given=costs is not None,
+        packing=scheduler.packing,
     )

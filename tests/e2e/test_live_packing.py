@@ -38,7 +38,7 @@ async def test_two_packed_jobs_share_one_gpu_and_both_complete(tmp_path: Path) -
     config = LocalClusterConfig(
         state_dir=tmp_path / "state", workers=1, gpus_per_worker=1, scheduler="rr", placement="gandiva",
         scheduler_options={"quantum_s": 60.0}, placement_options={"profiles": PackingModel().policy_profiles()},
-        round_s=1.0, extra_args={"scheduler": ["--packing"], "worker": ["--heartbeat-s", "0.5"]},
+        round_s=1.0, packing=True, extra_args={"worker": ["--heartbeat-s", "0.5"]},
     )  # fmt: skip
     async with live_cluster(tmp_path, config) as live:
         ids = {

@@ -16,7 +16,10 @@ from roundhouse.sim.live_config import (
     scaled_options,
     simulation_from_live,
 )
+from services.core.packing import PackingModel
 from services.core.registry import SCHEDULING
+from services.core.simulation.packing import PackingSimulator
+from services.core.state import ClusterState
 from services.scheduler.config import SchedulerConfig
 from services.worker.config import WorkerConfig
 
@@ -83,3 +86,21 @@ def test_service_flags_parse_as_the_service_does() -> None:
     assert (worker.emulate, worker.speedup) == (True, 4.0)
     costs = emulated_costs(worker)
     assert costs.for_model("resnet50").restore_s == 0.0
+
+
+def test_a_packing_cluster_is_simulated_with_packing(tmp_path: Path) -> None:
+    # `up --packing` passes the scheduler --packing; the simulation of that cluster must pack as it
+    # does (a plain simulator refuses a packed plan: "GPU ... is not free").
+    profiles = PackingModel().policy_profiles()
+    packing = settings_of(tmp_path, scheduler="rr", placement="gandiva", placement_options={"profiles": profiles},
+                          packing=True)  # fmt: skip
+    assert "--packing" in packing.service_args("scheduler")
+    live = simulation_from_live(local_cluster_settings(packing))
+    assert live.packing
+    assert live.describe()["packing"] is True
+    cluster = ClusterState.uniform(1, 1)
+    assert isinstance(live.simulator([], cluster), PackingSimulator)
+    plain = simulation_from_live(local_cluster_settings(settings_of(tmp_path / "plain")))
+    assert not plain.packing
+    assert "--packing" not in settings_of(tmp_path / "plain").service_args("scheduler")
+    assert not isinstance(plain.simulator([], ClusterState.uniform(1, 1)), PackingSimulator)
