@@ -53,6 +53,7 @@ class SchedulerConfig(ServiceConfig):
     def silent_after_s(self) -> float:
         """``node_silent_s``, or half the lease TTL."""
         return self.node_silent_s if self.node_silent_s is not None else self.lease_ttl_s / 2
+
     revoke_margin_s: float = Field(
         default=5.0, ge=0, le=3600, description="Wait past a revoke's grace period before reusing GPUs."
     )
@@ -61,6 +62,12 @@ class SchedulerConfig(ServiceConfig):
     reconcile_grace_s: float = Field(
         default=5.0, ge=0, le=3600, description="A granted lease a heartbeat omits is lost only after this."
     )
+    held_fact_s: float = Field(
+        default=12.0, ge=0, le=3600,
+        description="After a failover, leases heartbeats omit are released as lost only this long into the new "
+        "term: a job.completed the old leader fetched and never acked is redelivered only after the consumers' "
+        "ack_wait (10 s), and releasing before it lands runs the finished job again.",
+    )  # fmt: skip
     max_parallel_requests: int = Field(default=256, ge=1, le=100_000, description="Lease requests in flight.")
     restore_allowance_s: float = Field(
         default=DEFAULT_RESTORE_ALLOWANCE_S, ge=0, le=86_400, description="Longest time a run counts as restoring."
@@ -69,7 +76,9 @@ class SchedulerConfig(ServiceConfig):
         default=10_000, ge=0, le=1_000_000, description="Finished jobs read from the store per query."
     )
     max_user_priority: int = Field(
-        default=0, ge=-1000, le=1000,
+        default=0,
+        ge=-1000,
+        le=1000,
         description="Highest priority tier a user who is not an operator may submit at; higher asks run at this "
         "tier (operators may use any).",
     )
@@ -83,7 +92,7 @@ class SchedulerConfig(ServiceConfig):
     eta: bool = Field(
         default=True,
         description="Estimate queued jobs' start (``roundhouse jobs`` ETA, ``eta_s``) by a forward simulation of the "
-        "book under the policy in force, in a worker process (docs/scheduler.md, \"ETA\").",
+        'book under the policy in force, in a worker process (docs/scheduler.md, "ETA").',
     )
     eta_interval_s: float = Field(
         default=2.0, gt=0, le=3600, description="Run the ETA simulation at most this often, and only if jobs changed."

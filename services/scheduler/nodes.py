@@ -63,6 +63,22 @@ class NodeFacts:
         self.reregister = ReregisterLimiter(replica.cfg.reconcile_grace_s)
         """Asks to register again, per node (issue 18)."""
         self.reregisters_sent = 0
+        self._term_seen: tuple[int, float] | None = None
+        """The epoch this replica leads and when it handled its first heartbeat (scheduler clock)."""
+
+    def _facts_may_be_held(self, epoch: int, now: float) -> bool:
+        """Whether a fact the previous leader fetched and never acked may still be on its way.
+
+        A leader that was killed or frozen (SIGSTOP) while it held fetched facts hands them back
+        only when the consumers' ``ack_wait`` expires; a job's ``job.completed`` can be one of them
+        while its node already stopped listing the lease. Releasing that lease as lost before then
+        requeues a finished job, which runs again (the paused-leader chaos test saw two such jobs
+        completed twice under load). Epoch 1 had no previous leader."""
+        if epoch <= 1:
+            return False
+        if self._term_seen is None or self._term_seen[0] != epoch:
+            self._term_seen = (epoch, now)
+        return now - self._term_seen[1] < self.replica.cfg.held_fact_s
 
     def consumers(self) -> dict[str, tuple[type[Any], ConsumerHandler[Any]]]:
         """Subject -> (event model, handler) of each durable consumer this part runs."""
@@ -120,7 +136,11 @@ class NodeFacts:
             ts=event.ts, grace_s=r.cfg.reconcile_grace_s, epoch=term.epoch, now=r.clock.time(),
         )  # fmt: skip
         self.missing_since = verdict.missing_since
-        if verdict.lost:
+        if verdict.lost and self._facts_may_be_held(term.epoch, r.clock.time()):
+            # Kept missing (not released): judged again at the node's next heartbeat.
+            log.debug("leases %s missing on %s: released once the old leader's facts are redelivered",
+                      ", ".join(verdict.lost), event.node_id)  # fmt: skip
+        elif verdict.lost:
             await self.execution.release(verdict.lost, r.clock.time())
             r.churn(RoundTrigger.NODE_CHANGE)
         if verdict.strays and r.term is not None:
@@ -133,8 +153,12 @@ class NodeFacts:
             return
         known = r.inventory.get(event.node_id)
         reason = ReregisterReason.UNKNOWN_NODE if known is None else ReregisterReason.OTHER_INCARNATION
-        log.warning("heartbeat of %s node %s (incarnation %s): asking it to register again",
-                    "unknown" if known is None else "another incarnation of", event.node_id, event.incarnation)
+        log.warning(
+            "heartbeat of %s node %s (incarnation %s): asking it to register again",
+            "unknown" if known is None else "another incarnation of",
+            event.node_id,
+            event.incarnation,
+        )
         ask = NodeReregister(epoch=term.epoch, node_id=event.node_id, reason=reason)
         # Best effort: the next heartbeat after the interval asks again if this one is lost.
         with contextlib.suppress(nats.errors.Error, BusError, TimeoutError):

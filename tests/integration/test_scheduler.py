@@ -739,3 +739,40 @@ async def test_commands_to_a_node_without_a_worker_get_no_answer_rather_than_an_
     with pytest.raises(GrantRefusedError, match="no answer"):
         await executor.grant(lease, spec("gone"), resume_from=None, resume_iteration=None, attempt=1)
     assert (executor.sent_grants, executor.sent_revokes) == (0, 0)
+
+
+@pytest.mark.parametrize("held_fact_s", [4.0, 0.0])
+async def test_after_a_failover_a_completion_the_old_leader_held_lands_before_the_lease_is_released(
+    broker: Broker, namespace: str, tmp_path: Path, held_fact_s: float
+) -> None:
+    """A leader killed or frozen while it held a fetched ``job.completed`` hands it back only after
+    the consumers' ``ack_wait``, and the node stopped listing the lease already. The new term waits
+    ``held_fact_s`` before it releases such a lease as lost, so the completion lands first and the
+    finished job is not granted again (the paused-leader chaos test saw it run twice). Here the
+    completion is held back 1.5 s into the new term, against a ``reconcile_grace_s`` of 0.3 s; with
+    ``held_fact_s`` 0 (the positive control) the lease is released as lost and the job granted again."""
+    from schemas.jobs import JobCompleted
+    from schemas.subjects import JOB_COMPLETED
+
+    async with cluster(broker, namespace, tmp_path) as c:
+        workers = await c.start_workers({"n0": 1}, heartbeat_s=0.1)
+        first_leader = await c.start_scheduler(policy="fifo", round_s=0.2)
+        await wait_for(lambda: first_leader.is_leader and len(first_leader.inventory) == 1, what="leader")
+        await c.stop_scheduler(first_leader)
+        s = await c.start_scheduler(policy="fifo", round_s=0.2, reconcile_grace_s=0.3, held_fact_s=held_fact_s)
+        await wait_for(lambda: s.is_leader and len(s.inventory) == 1, what="the second leader")
+        assert s.epoch is not None
+        assert s.epoch >= 2
+        await c.submit("j", spec("j", grace=2.0))
+        node, lease = await held_by_worker(workers, "j")
+        workers.nodes[node].leases.pop(lease)  # the job finished; its completion is held elsewhere
+        workers.running["j"].discard(lease)
+        if held_fact_s:
+            await asyncio.sleep(1.5)  # the held fact's redelivery, well past reconcile_grace_s (not a wait for a fact)
+            assert s.book.jobs["j"].state.preemptions == 0, "released as lost before the held completion could land"
+        else:
+            await wait_for(lambda: s.book.jobs["j"].state.preemptions == 1, timeout_s=10, what="j released as lost")
+        await c.client.publish(JOB_COMPLETED, JobCompleted(job_id="j", lease_id=lease, node_id=node, epoch=s.epoch,
+                                                           iteration=100, checkpoint_path="/ckpt/j/100"))  # fmt: skip
+        await wait_for(lambda: "j" not in s.book.jobs, what="j completed")
+        assert [cmd for cmd, *_ in workers.log].count("grant") == (1 if held_fact_s else 2)
