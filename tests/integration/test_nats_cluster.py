@@ -157,7 +157,9 @@ async def test_services_told_r3_create_r3_stream_and_buckets_and_r1_never_shrink
     namespace = _namespace()
     watcher = await Bus.connect(cluster.url_list, name="watcher", options=BusOptions(namespace=namespace),
                                 provision=False)  # fmt: skip
-    js = watcher.js
+    # The test's own questions to the cluster's JetStream API get 30 s, not nats-py's 5 s: three
+    # servers on a loaded 2-core machine answered a consumer_info later than that once.
+    js = watcher.nc.jetstream(timeout=30)
     stream = watcher.stream_name
     buckets = [kv_stream(watcher, LEADER_BUCKET), kv_stream(watcher, JOB_BUCKET)]
     # A scheduler process told --stream-replicas 3 creates the stream and, leading, its two buckets.
