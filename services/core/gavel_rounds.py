@@ -261,3 +261,21 @@ def mechanism_from_options(
         parsed, heterogeneity_aware=bool(heterogeneity_aware), default_duration_s=float(default_duration_s),
         fill=bool(fill),
     )  # fmt: skip
+
+
+class GavelPolicyBase:
+    """The options both halves of the ``gavel`` policy pair take, and the mechanism built from them
+    (the scheduling policy ranks with it, the placement policy places with it: same options, same
+    decisions)."""
+
+    def __init__(
+        self,
+        *,
+        objective: str = "max-min-fairness",
+        heterogeneity_aware: bool = True,
+        default_duration_s: float = 3600.0,
+        fill: bool = True,
+    ) -> None:
+        self.mechanism: RoundMechanism = mechanism_from_options(
+            objective, heterogeneity_aware, default_duration_s, fill
+        )

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from services.core.decisions import Placement, Ranking
-from services.core.gavel_rounds import ANY_TYPE, RoundMechanism, mechanism_from_options
+from services.core.gavel_rounds import ANY_TYPE, GavelPolicyBase
 from services.core.registry import PLACEMENT
 from services.core.state import ClusterState, JobState
 
@@ -50,22 +50,10 @@ def fit_on_type(
 
 
 @PLACEMENT.register("gavel")
-class GavelPlacement:
+class GavelPlacement(GavelPolicyBase):
     """Place Gavel's per-round type grants on GPUs of those types."""
 
     name: ClassVar[str] = "gavel"
-
-    def __init__(
-        self,
-        *,
-        objective: str = "max-min-fairness",
-        heterogeneity_aware: bool = True,
-        default_duration_s: float = 3600.0,
-        fill: bool = True,
-    ) -> None:
-        self.mechanism: RoundMechanism = mechanism_from_options(
-            objective, heterogeneity_aware, default_duration_s, fill
-        )
 
     def place(self, ranking: Ranking, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Placement:
         considered = {job_id: jobs[job_id] for job_id in ranking.order if job_id in jobs}

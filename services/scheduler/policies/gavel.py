@@ -22,31 +22,19 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from services.core.decisions import Ranking
-from services.core.gavel_rounds import RoundMechanism, mechanism_from_options
+from services.core.gavel_rounds import GavelPolicyBase
 from services.core.protocols import Trigger
 from services.core.registry import SCHEDULING
 from services.core.state import ClusterState, JobState
 
 
 @SCHEDULING.register("gavel")
-class GavelScheduling:
+class GavelScheduling(GavelPolicyBase):
     """Rank by Gavel's round-based priorities over its LP allocation."""
 
     name: ClassVar[str] = "gavel"
     triggers: ClassVar[Trigger] = Trigger.TIMER
     preemptive: ClassVar[bool] = True
-
-    def __init__(
-        self,
-        *,
-        objective: str = "max-min-fairness",
-        heterogeneity_aware: bool = True,
-        default_duration_s: float = 3600.0,
-        fill: bool = True,
-    ) -> None:
-        self.mechanism: RoundMechanism = mechanism_from_options(
-            objective, heterogeneity_aware, default_duration_s, fill
-        )
 
     def rank(self, jobs: Mapping[str, JobState], cluster: ClusterState, now: float) -> Ranking:
         return Ranking(order=self.mechanism.decide(jobs, cluster, now).order)
