@@ -87,7 +87,8 @@ def test_jobs_lists_the_queue_in_order_with_start_runtime_and_gpu_hours(
 ) -> None:
     sleep = (sys.executable, "-c", "import time; time.sleep(120)")
     submit(cluster, monkeypatch, "blocker-1", *sleep, gpus=2)
-    wait_for_jobs(cluster, monkeypatch, capsys, lambda js: js[0]["status"] == "running", "blocker-1")
+    # Admission answers before the scheduler has read the admitted event: an empty listing is "not yet".
+    wait_for_jobs(cluster, monkeypatch, capsys, lambda js: bool(js) and js[0]["status"] == "running", "blocker-1")
     # Submitted in this order, so that the queue's order (fifo: arrival) is not the ids' order.
     for job_id in ("zeta-1", "alpha-1", "mid-1"):
         submit(cluster, monkeypatch, job_id, *sleep)
