@@ -175,6 +175,9 @@ class LeaseAckError(enum.StrEnum):
     """The command names another node."""
     DRAINING = "draining"
     """The node accepts no new leases."""
+    JOB_RUNNING = "job_running"
+    """The grant's job already runs on this node under another lease that is not stopping: accepting
+    it would run the job twice at once (a scheduler that lost track of a live run)."""
 
 
 class LeaseAck(Event):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -181,6 +181,24 @@ class LeaseTable:
             if beside >= MAX_JOBS_PER_GPU:
                 return LeaseAckError.GPU_BUSY, []
         return None, waits
+
+    def running_twin(self, grant: LeaseGrant) -> Lease | None:
+        """Another lease of ``grant``'s job that runs here and is not stopping (a stopping one is
+        waited for, as on a GPU): the grant would start a second copy of a live run."""
+        for lease in self._leases.values():
+            if lease.job_id == grant.job_id and lease.lease_id != grant.lease_id and not lease.stopping:
+                return lease
+        return None
+
+    def holders(self, gpus: Iterable[int]) -> str:
+        """Who holds ``gpus`` now, for a refusal's message: ``GPU 1: lease L (job J, shared)``."""
+        parts = []
+        for gpu in gpus:
+            for owner_id in self._gpu_owners.get(gpu, ()):
+                owner = self._leases[owner_id]
+                how = "stopping" if owner.stopping else ("shared" if owner.grant.shared else "exclusive")
+                parts.append(f"GPU {gpu}: lease {owner_id} (job {owner.job_id}, {how})")
+        return "; ".join(parts) or "none"
 
     def add(self, grant: LeaseGrant) -> Lease:
         lease = Lease(grant)

@@ -54,6 +54,7 @@ from schemas.subjects import (
     node_metrics,
     node_reregister,
 )
+from services.core.packing import MAX_JOBS_PER_GPU
 from services.runtime.bus import Bus, BusError, RemoteError
 from services.runtime.checkpoint import CHECKPOINT_NAME
 from services.runtime.config import ServiceConfig
@@ -346,11 +347,23 @@ class WorkerService(RoundhouseService):
             return self._ack(grant.lease_id, duplicate=True)
         if self.draining:
             return self._refuse(grant.lease_id, LeaseAckError.DRAINING, "the node is draining")
+        twin = self.table.running_twin(grant)
+        if twin is not None:
+            return self._refuse(grant.lease_id, LeaseAckError.JOB_RUNNING,
+                                f"job {grant.job_id} already runs here under lease {twin.lease_id} "
+                                f"(GPUs {list(twin.grant.gpus)}, epoch {twin.grant.epoch})")  # fmt: skip
         error, waits = self.table.check_grant(grant)
         if error is LeaseAckError.NO_SUCH_GPU:
             return self._refuse(grant.lease_id, error, f"GPUs {grant.gpus} not all in {sorted(self.table.gpus)}")
         if error is not None:
-            return self._refuse(grant.lease_id, error, f"a running lease holds one of GPUs {grant.gpus}")
+            # Packing needs the grant and every running lease on the GPU shared, and room beside them.
+            rule = (
+                f"a shared grant packs only beside shared leases of other jobs, at most {MAX_JOBS_PER_GPU} a GPU"
+                if grant.shared
+                else "a grant not marked shared needs its GPUs free"
+            )
+            held = self.table.holders(grant.gpus)
+            return self._refuse(grant.lease_id, error, f"GPUs {grant.gpus} are held ({held}): {rule}")
         grant, dropped = self._confine_resume(grant)
         lease = self.table.add(grant)
         self._accept_epoch(grant.epoch)

@@ -99,7 +99,7 @@ async def test_a_full_gpu_and_a_jobs_own_gpu_refuse_shared_grants_and_move_no_fe
     assert isinstance(await node.facts.end(second.job_id), JobSuspended)
     own_job = node.grant(10, 0.01, gpu=0, shared=True).model_copy(update={"job_id": first.job_id})
     refused = await node.scheduler.send(own_job)
-    assert (refused.accepted, refused.error) == (False, LeaseAckError.GPU_BUSY)
+    assert (refused.accepted, refused.error) == (False, LeaseAckError.JOB_RUNNING)
     stale = node.grant(10, 0.01, gpu=0, shared=True).model_copy(update={"epoch": node.scheduler.epoch - 1})
     refused = await node.scheduler.send(stale)
     assert (refused.accepted, refused.error) == (False, LeaseAckError.STALE_EPOCH)
@@ -107,3 +107,23 @@ async def test_a_full_gpu_and_a_jobs_own_gpu_refuse_shared_grants_and_move_no_fe
     assert len(node.facts.of(JobStarted, first.job_id)) == 1  # it ran once
     assert (await node.scheduler.revoke(first)).accepted
     assert isinstance(await node.facts.end(first.job_id), JobSuspended)
+
+
+async def test_a_second_lease_of_a_running_job_is_refused_on_any_gpu_and_says_which_runs(node: Node) -> None:
+    # The last line of defence against a double run: a scheduler that lost track of a live run
+    # grants the job again on a free GPU of the same node. The agent refuses it job_running, naming
+    # the running lease; a grant of the busy GPU names who holds it and the rule it breaks.
+    first = node.grant(100_000, 0.01, gpu=0, shared=False)
+    assert (await node.scheduler.send(first)).accepted
+    await node.facts.one(JobStarted, first.job_id)
+    again = node.grant(10, 0.01, gpu=1, shared=False).model_copy(update={"job_id": first.job_id})
+    refused = await node.scheduler.send(again)
+    assert (refused.accepted, refused.error) == (False, LeaseAckError.JOB_RUNNING)
+    assert f"already runs here under lease {first.lease_id}" in refused.message, refused.message
+    busy = await node.scheduler.send(node.grant(10, 0.01, gpu=0, shared=False))
+    assert (busy.accepted, busy.error) == (False, LeaseAckError.GPU_BUSY)
+    assert f"GPU 0: lease {first.lease_id} (job {first.job_id}, exclusive)" in busy.message, busy.message
+    assert "needs its GPUs free" in busy.message
+    assert (await node.scheduler.revoke(first)).accepted
+    assert isinstance(await node.facts.end(first.job_id), JobSuspended)
+    assert len(node.facts.of(JobStarted, first.job_id)) == 1  # it ran once

@@ -90,3 +90,29 @@ def test_a_shared_grant_never_joins_a_running_lease_of_its_own_job() -> None:
     assert table.check_grant(again) == (LeaseAckError.GPU_BUSY, [])
     first.state = LeaseState.STOPPING
     assert table.check_grant(again) == (None, [first])
+
+
+def test_a_second_lease_of_a_running_job_is_its_twin_on_any_gpu() -> None:
+    # The table finds a live run of the grant's job whatever GPUs the new grant names (the agent
+    # refuses such a grant job_running before it looks at GPUs); a stopping run is no twin.
+    table = LeaseTable([0, 1])
+    first = table.add(grant("a", (0,)))
+    elsewhere = grant("a2", (1,)).model_copy(update={"job_id": first.job_id})
+    assert table.running_twin(elsewhere) is first
+    assert table.running_twin(grant("b", (1,))) is None
+    assert table.running_twin(first.grant) is None  # the same lease again is a duplicate, not a twin
+    first.state = LeaseState.STOPPING
+    assert table.running_twin(elsewhere) is None
+
+
+def test_holders_name_each_lease_on_the_gpus_and_how_it_holds_them() -> None:
+    table = LeaseTable([0, 1, 2])
+    table.add(grant("a", (0,), shared=True))
+    table.add(grant("b", (0,), shared=True))
+    stopping = table.add(grant("c", (1,)))
+    stopping.state = LeaseState.STOPPING
+    assert table.holders([0, 1, 2]) == (
+        "GPU 0: lease a (job job-a, shared); GPU 0: lease b (job job-b, shared); "
+        "GPU 1: lease c (job job-c, stopping)"
+    )
+    assert table.holders([2]) == "none"
