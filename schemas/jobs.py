@@ -140,7 +140,9 @@ class JobSuspended(_LeaseFact):
     With two-phase preemption (DESIGN, Leases and preemption) every rank stops after the same
     iteration and rank 0 writes one checkpoint. If the grace period ran out first, the agent
     killed the processes and ``grace_expired`` is true: the checkpoint is then the last good one,
-    possibly older than ``iteration`` (FitGpp's GP).
+    possibly older than ``iteration`` (FitGpp's GP). A cancelled job whose first process never
+    opened its lease channel (a plain script) has no boundary to stop at: it is signalled at once,
+    and ``grace_expired`` is true as well.
     """
 
     reason: SuspendReason
@@ -149,7 +151,9 @@ class JobSuspended(_LeaseFact):
     checkpoint_iteration: Iteration | None = Field(
         default=None, description="Iteration the checkpoint holds."
     )
-    grace_expired: bool = Field(default=False, description="Processes were killed after the grace period.")
+    grace_expired: bool = Field(
+        default=False, description="Processes were signalled: the grace period ran out, or no lease protocol."
+    )
     stop_s: Seconds | None = Field(default=None, description="Revoke-to-stopped time (preemption cost).")
 
     @field_validator("checkpoint_iteration")

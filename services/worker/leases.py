@@ -76,6 +76,9 @@ class Lease:
     """Report nothing more (another node already reported the job's end)."""
     reported: bool = False
     """The job-wide fact (suspended/completed/failed) was queued for publishing."""
+    ending: bool = False
+    """Revoked for good (cancel, terminate): the job will not run again, so a process still starting
+    has nothing for a boundary to save."""
     revoke_epoch: int | None = None
     """Epoch of the revoke being executed (carried on to the other nodes' ``LeaseStopAt``)."""
     propagate: bool = False

@@ -37,7 +37,7 @@ from schemas.jobs import (
     JobSuspended,
     SuspendReason,
 )
-from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke
+from schemas.leases import LeaseAck, LeaseAckError, LeaseGrant, LeaseRevoke, RevokeReason
 from schemas.logs import LogData, LogRead
 from schemas.metrics import JobMetrics, NodeMetrics
 from schemas.nodes import LeaseState, NodeHeartbeat, NodeRegister, NodeReregister
@@ -499,6 +499,7 @@ class WorkerService(RoundhouseService):
             return self._ack(revoke.lease_id, duplicate=True)
         self._accept_epoch(revoke.epoch)
         lease.revoke_epoch = revoke.epoch
+        lease.ending = revoke.reason in (RevokeReason.CANCEL, RevokeReason.TERMINATE)
         self._begin_stop(lease, SuspendReason.PREEMPTED, revoke.grace_s, propagate=True)
         return self._ack(revoke.lease_id)
 
@@ -516,6 +517,16 @@ class WorkerService(RoundhouseService):
         assert lease.deadline is not None
         if lease.emulated is not None and self.emulator is not None:
             await self.emulator.stop(lease.emulated)
+            return
+        if lease.ending and lease.ranks[0].channel.pid is None:
+            # Cancelled or terminated, and its first process never opened the lease channel (a
+            # plain script, or one still starting): no boundary will come, and the job runs no
+            # more, so there is nothing to wait the grace period for. SIGTERM now (a script may
+            # save on it, as under Slurm), SIGKILL kill_after_s later. A preemption still waits:
+            # a training job still starting reaches its first boundary and keeps that progress
+            # (killed at once, a job whose start outlasts the round would never progress).
+            log.info("lease %s: ended before its job opened the lease channel; stopping it now", lease.lease_id)
+            await self._kill(lease)
             return
         propagate = self._propagator(lease) if lease.propagate else None
         stop_at = await two_phase.coordinate_stop(lease, lease.deadline, propagate)

@@ -1,0 +1,84 @@
+"""A cancelled job that never opened its lease channel (a plain script, no ``roundhouse.train``) is
+stopped at once: SIGTERM first, so a script that saves on SIGTERM (as under Slurm) can, then SIGKILL
+``kill_after_s`` later. Before, the agent sat out the whole grace period waiting for an iteration
+boundary that could never come: a ``roundhouse cancel`` of a plain job held its GPUs for the grace
+period (30 s by default) for nothing. A preemption still waits for a boundary: a training job still
+starting reaches its first one and keeps that progress (tests/e2e/test_cluster_las.py's jobs start
+more slowly than LAS's 2 s round on a loaded machine, and never progressed when killed at once)."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+from schemas.jobs import JobStarted, JobSuspended
+from schemas.leases import LeaseAck, LeaseGrant, LeaseRevoke, RevokeReason
+from schemas.subjects import lease_revoke
+from services.runtime.broker import Broker
+from services.runtime.bus import Bus
+from tests.integration.test_worker_harness import Facts, Scheduler, one_worker, wait_for
+
+NODE = "plain-node"
+SAVES_ON_SIGTERM = textwrap.dedent(
+    """
+    import pathlib, signal, sys, time
+
+    out = pathlib.Path(sys.argv[1])
+
+    def save(signum, frame):
+        out.write_text("saved")
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, save)
+    out.with_suffix(".up").write_text("up")
+    while True:
+        time.sleep(0.05)
+    """
+)
+
+
+async def start_plain_job(scheduler: Scheduler, facts: Facts, tmp_path: Path, name: str) -> tuple[LeaseGrant, Path]:
+    script = tmp_path / "plain.py"
+    script.write_text(SAVES_ON_SIGTERM)
+    saved = tmp_path / f"{name}.txt"
+    grant = scheduler.grant(NODE, f"{name}-{uuid.uuid4().hex[:8]}", [sys.executable, str(script), str(saved)])
+    assert (await scheduler.send(grant)).accepted
+    await facts.one(JobStarted, grant.job_id)
+    await wait_for(saved.with_suffix(".up").exists, what="the script to be running")
+    return grant, saved
+
+
+async def revoke(bus: Bus, scheduler: Scheduler, grant: LeaseGrant, reason: RevokeReason, grace_s: float) -> None:
+    command = LeaseRevoke(epoch=scheduler.epoch, lease_id=grant.lease_id, job_id=grant.job_id, node_id=NODE,
+                          reason=reason, grace_s=grace_s)  # fmt: skip
+    assert (await bus.request(lease_revoke(NODE), command, LeaseAck, timeout_s=5)).accepted
+
+
+async def test_a_cancelled_plain_job_is_signalled_at_once_and_a_preempted_one_after_the_grace(
+    broker: Broker, tmp_path: Path
+) -> None:
+    async with one_worker(broker.url, tmp_path, NODE) as (bus, facts, _worker, _work_dir):
+        scheduler = Scheduler(bus)
+
+        cancelled, saved = await start_plain_job(scheduler, facts, tmp_path, "cancelled")
+        revoked_at = time.monotonic()
+        await revoke(bus, scheduler, cancelled, RevokeReason.CANCEL, grace_s=600)
+        end = await facts.end(cancelled.job_id, timeout_s=60)
+        assert isinstance(end, JobSuspended), end
+        assert end.grace_expired  # signalled, not stopped at a boundary
+        assert end.checkpoint_path is None
+        # The grace period is 600 s; the fact came within the 60 s waited for above.
+        assert time.monotonic() - revoked_at < 60
+        assert saved.read_text() == "saved"  # it got SIGTERM, and the time to act on it
+
+        preempted, saved = await start_plain_job(scheduler, facts, tmp_path, "preempted")
+        revoked_at = time.monotonic()
+        await revoke(bus, scheduler, preempted, RevokeReason.PREEMPT, grace_s=2)
+        end = await facts.end(preempted.job_id, timeout_s=60)
+        assert isinstance(end, JobSuspended), end
+        assert end.grace_expired
+        assert time.monotonic() - revoked_at >= 2  # the grace was given to reach a boundary
+        assert saved.read_text() == "saved"
