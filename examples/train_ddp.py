@@ -17,7 +17,9 @@ Standalone, two ranks on this machine:
 
 from __future__ import annotations
 
+import argparse
 import datetime
+import gc
 
 import torch
 import torch.distributed as dist
@@ -27,6 +29,17 @@ from train_mlp import fit, make_data, make_loader, make_model, parse_args, pick_
 from roundhouse import train
 
 
+def train_ranks(args: argparse.Namespace, job: train.Job, device: torch.device) -> float | None:
+    """This rank's share of the training; the DDP model (which holds the process group) lives only here."""
+    device_ids = [device] if device.type == "cuda" else None
+    model = DistributedDataParallel(make_model(args).to(device), device_ids=device_ids)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    restored = job.restore(model, optimizer)  # every rank loads rank 0's checkpoint
+    if restored is not None and job.rank == 0:
+        print(f"resumed from {restored.path} at iteration {restored.iteration}", flush=True)
+    return fit(args, job, model, make_loader(args, make_data(args), job), optimizer, device=device)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     job = train.attach()
@@ -34,19 +47,18 @@ def main(argv: list[str] | None = None) -> None:
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, rank=job.rank, world_size=job.world_size, timeout=datetime.timedelta(seconds=60))
     try:
-        device_ids = [device] if device.type == "cuda" else None
-        model = DistributedDataParallel(make_model(args).to(device), device_ids=device_ids)
-        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-        restored = job.restore(model, optimizer)  # every rank loads rank 0's checkpoint
-        if restored is not None and job.rank == 0:
-            print(f"resumed from {restored.path} at iteration {restored.iteration}", flush=True)
-        loss = fit(args, job, model, make_loader(args, make_data(args), job), optimizer, device=device)
+        loss = train_ranks(args, job, device)
         # Every rank leaves the training loop after the same iteration; meet once more before tearing the
         # group down, so no rank's gloo/NCCL threads lose their peer mid-exit (an abort at shutdown).
         dist.barrier()
         state = "stopped for the lease" if job.stopping else "finished"
         print(f"rank {job.rank}: {state} at iteration {job.iteration}, last loss {loss}", flush=True)
     finally:
+        # DDP's reference cycles keep the model, and through it the process group, alive past
+        # train_ranks: collect them while the interpreter is whole, so the group's threads are
+        # joined by destroy_process_group and not during interpreter shutdown, where gloo's
+        # teardown can abort the process ("terminate called without an active exception").
+        gc.collect()
         dist.destroy_process_group()
         job.close()
 
