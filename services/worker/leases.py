@@ -193,6 +193,16 @@ class LeaseTable:
                 return lease
         return None
 
+    def stopping_twins(self, grant: LeaseGrant) -> list[Lease]:
+        """Other leases of ``grant``'s job that are stopping here: the new run waits for their
+        processes to exit, on whatever GPUs, so two copies of the job never run at once (the old
+        one may still be writing the checkpoint the new one is about to load)."""
+        return [
+            lease
+            for lease in self._leases.values()
+            if lease.job_id == grant.job_id and lease.lease_id != grant.lease_id and lease.stopping
+        ]
+
     def holders(self, gpus: Iterable[int]) -> str:
         """Who holds ``gpus`` now, for a refusal's message: ``GPU 1: lease L (job J, shared)``."""
         parts = []

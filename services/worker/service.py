@@ -364,6 +364,7 @@ class WorkerService(RoundhouseService):
             )
             held = self.table.holders(grant.gpus)
             return self._refuse(grant.lease_id, error, f"GPUs {grant.gpus} are held ({held}): {rule}")
+        waits += [twin for twin in self.table.stopping_twins(grant) if twin not in waits]
         grant, dropped = self._confine_resume(grant)
         lease = self.table.add(grant)
         self._accept_epoch(grant.epoch)

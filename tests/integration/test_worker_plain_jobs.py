@@ -82,3 +82,25 @@ async def test_a_cancelled_plain_job_is_signalled_at_once_and_a_preempted_one_af
         assert end.grace_expired
         assert time.monotonic() - revoked_at >= 2  # the grace was given to reach a boundary
         assert saved.read_text() == "saved"
+
+
+async def test_a_new_lease_of_a_job_waits_for_its_stopping_run_on_other_gpus(broker: Broker, tmp_path: Path) -> None:
+    # The scheduler releases a revoked lease at its deadline and may grant the job again at once,
+    # here on GPU 1 of the same node while the old run on GPU 0 is still stopping: the new run
+    # starts only once the old one's processes are gone (its end is reported first).
+    async with one_worker(broker.url, tmp_path, NODE) as (bus, facts, _worker, _work_dir):
+        scheduler = Scheduler(bus)
+        old, _saved = await start_plain_job(scheduler, facts, tmp_path, "twin")
+        await revoke(bus, scheduler, old, RevokeReason.PREEMPT, grace_s=2)
+        again = scheduler.grant(NODE, old.job_id, list(old.spec.command), gpus=[1])
+        ack = await scheduler.send(again)
+        assert ack.accepted, ack
+        assert "waiting for a stopping lease" in ack.message
+        starts = await wait_for(lambda: facts.of(JobStarted, old.job_id)[1:], timeout_s=60, what="the second run")
+        ended = [f for f in facts.of(JobSuspended, old.job_id) if f.lease_id == old.lease_id]
+        assert ended, "the new run started before the old one ended"
+        assert ended[0].ts <= starts[0].ts
+        assert starts[0].lease_id == again.lease_id
+        await revoke(bus, scheduler, again, RevokeReason.CANCEL, grace_s=10)
+        await wait_for(lambda: [f for f in facts.of(JobSuspended, old.job_id) if f.lease_id == again.lease_id],
+                       what="the second run's end")  # fmt: skip

@@ -116,3 +116,14 @@ def test_holders_name_each_lease_on_the_gpus_and_how_it_holds_them() -> None:
         "GPU 1: lease c (job job-c, stopping)"
     )
     assert table.holders([2]) == "none"
+
+
+def test_a_stopping_lease_of_the_same_job_is_waited_for_on_any_gpu() -> None:
+    table = LeaseTable([0, 1])
+    first = table.add(grant("a", (0,)))
+    elsewhere = grant("a2", (1,)).model_copy(update={"job_id": first.job_id})
+    assert table.stopping_twins(elsewhere) == []  # running: refused job_running instead
+    first.state = LeaseState.STOPPING
+    assert table.stopping_twins(elsewhere) == [first]
+    assert table.check_grant(elsewhere) == (None, [])  # its GPU is free: only the twin is waited for
+    assert table.stopping_twins(grant("b", (1,))) == []
