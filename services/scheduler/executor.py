@@ -188,7 +188,10 @@ class LeaseExecutor:
         acks = await asyncio.gather(*(self._grant_one(g) for g in grants))
         refused = [a for a in acks if a is None or not a.accepted]
         if refused:
-            why = ", ".join("no answer" if a is None else f"{a.node_id}: {a.error}" for a in refused)
+            why = ", ".join(
+                "no answer" if a is None else f"{a.node_id}: {a.error}" + (f" ({a.message})" if a.message else "")
+                for a in refused
+            )
             raise GrantRefusedError(f"grant {lease.lease_id} of {lease.job_id} refused ({why})")
 
     async def _grant_one(self, grant: LeaseGrant) -> LeaseAck | None:
