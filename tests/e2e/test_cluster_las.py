@@ -48,7 +48,7 @@ async def wait_until_finished(client: Client, job_ids: set[str], timeout_s: floa
         await asyncio.sleep(0.5)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(480)
 async def test_six_torch_jobs_under_las_preempt_resume_and_match_uninterrupted_runs(tmp_path: Path) -> None:
     expected = await asyncio.to_thread(reference, SEEDS, ITERATIONS)
     config = LocalClusterConfig(
@@ -71,7 +71,10 @@ async def test_six_torch_jobs_under_las_preempt_resume_and_match_uninterrupted_r
                 verdict = await client.submit(spec, timeout_s=30)
                 assert verdict.outcome == "accepted", verdict
                 job_ids[verdict.job_id] = seed
-            jobs = await wait_until_finished(client, set(job_ids), timeout_s=240)
+            # LAS's 2 s round is shorter than a torch job's start on a loaded 2-core machine, so
+            # every job is preempted many times (32 for one job in a run at load 5): 92-212 s in
+            # loaded full-suite runs, which 240 s bounded too tightly.
+            jobs = await wait_until_finished(client, set(job_ids), timeout_s=420)
         finally:
             await client.close()
         cluster.check()  # no service or worker died along the way
