@@ -91,7 +91,8 @@ async def test_a_new_lease_of_a_job_waits_for_its_stopping_run_on_other_gpus(bro
     async with one_worker(broker.url, tmp_path, NODE) as (bus, facts, _worker, _work_dir):
         scheduler = Scheduler(bus)
         old, _saved = await start_plain_job(scheduler, facts, tmp_path, "twin")
-        await revoke(bus, scheduler, old, RevokeReason.PREEMPT, grace_s=2)
+        # Stopping for 4 s: the grant below reaches the agent well within it, even on a loaded machine.
+        await revoke(bus, scheduler, old, RevokeReason.PREEMPT, grace_s=4)
         again = scheduler.grant(NODE, old.job_id, list(old.spec.command), gpus=[1])
         ack = await scheduler.send(again)
         assert ack.accepted, ack
