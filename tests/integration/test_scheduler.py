@@ -772,6 +772,9 @@ async def test_after_a_failover_a_completion_the_old_leader_held_lands_before_th
             assert s.book.jobs["j"].state.preemptions == 0, "released as lost before the held completion could land"
         else:
             await wait_for(lambda: s.book.jobs["j"].state.preemptions == 1, timeout_s=10, what="j released as lost")
+            # and granted again (the next round), before the late completion lands: the run twice
+            await wait_for(lambda: [cmd for cmd, *_ in workers.log].count("grant") == 2, timeout_s=10,
+                           what="j granted again")  # fmt: skip
         await c.client.publish(JOB_COMPLETED, JobCompleted(job_id="j", lease_id=lease, node_id=node, epoch=s.epoch,
                                                            iteration=100, checkpoint_path="/ckpt/j/100"))  # fmt: skip
         await wait_for(lambda: "j" not in s.book.jobs, what="j completed")
