@@ -185,23 +185,12 @@ class LeaseTable:
                 return LeaseAckError.GPU_BUSY, []
         return None, waits
 
-    def running_twin(self, grant: LeaseGrant) -> Lease | None:
-        """Another lease of ``grant``'s job that runs here and is not stopping (a stopping one is
-        waited for, as on a GPU): the grant would start a second copy of a live run."""
-        for lease in self._leases.values():
-            if lease.job_id == grant.job_id and lease.lease_id != grant.lease_id and not lease.stopping:
-                return lease
-        return None
-
-    def stopping_twins(self, grant: LeaseGrant) -> list[Lease]:
-        """Other leases of ``grant``'s job that are stopping here: the new run waits for their
-        processes to exit, on whatever GPUs, so two copies of the job never run at once (the old
-        one may still be writing the checkpoint the new one is about to load)."""
-        return [
-            lease
-            for lease in self._leases.values()
-            if lease.job_id == grant.job_id and lease.lease_id != grant.lease_id and lease.stopping
-        ]
+    def twins(self, grant: LeaseGrant) -> list[Lease]:
+        """Other leases of ``grant``'s job held here. A running one refuses the grant (a second copy
+        of a live run); a stopping one is waited for on whatever GPUs, so two copies never run at
+        once (the old one may still be writing the checkpoint the new one is about to load)."""
+        job_id, lease_id = grant.job_id, grant.lease_id
+        return [lease for lease in self._leases.values() if lease.job_id == job_id and lease.lease_id != lease_id]
 
     def holders(self, gpus: Iterable[int]) -> str:
         """Who holds ``gpus`` now, for a refusal's message: ``GPU 1: lease L (job J, shared)``."""

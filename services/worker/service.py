@@ -347,7 +347,8 @@ class WorkerService(RoundhouseService):
             return self._ack(grant.lease_id, duplicate=True)
         if self.draining:
             return self._refuse(grant.lease_id, LeaseAckError.DRAINING, "the node is draining")
-        twin = self.table.running_twin(grant)
+        twins = self.table.twins(grant)
+        twin = next((t for t in twins if not t.stopping), None)
         if twin is not None:
             return self._refuse(grant.lease_id, LeaseAckError.JOB_RUNNING,
                                 f"job {grant.job_id} already runs here under lease {twin.lease_id} "
@@ -364,7 +365,7 @@ class WorkerService(RoundhouseService):
             )
             held = self.table.holders(grant.gpus)
             return self._refuse(grant.lease_id, error, f"GPUs {grant.gpus} are held ({held}): {rule}")
-        waits += [twin for twin in self.table.stopping_twins(grant) if twin not in waits]
+        waits += [t for t in twins if t not in waits]  # all stopping: a running one refused above
         grant, dropped = self._confine_resume(grant)
         lease = self.table.add(grant)
         self._accept_epoch(grant.epoch)

@@ -98,11 +98,10 @@ def test_a_second_lease_of_a_running_job_is_its_twin_on_any_gpu() -> None:
     table = LeaseTable([0, 1])
     first = table.add(grant("a", (0,)))
     elsewhere = grant("a2", (1,)).model_copy(update={"job_id": first.job_id})
-    assert table.running_twin(elsewhere) is first
-    assert table.running_twin(grant("b", (1,))) is None
-    assert table.running_twin(first.grant) is None  # the same lease again is a duplicate, not a twin
-    first.state = LeaseState.STOPPING
-    assert table.running_twin(elsewhere) is None
+    assert table.twins(elsewhere) == [first]
+    assert not first.stopping
+    assert table.twins(grant("b", (1,))) == []
+    assert table.twins(first.grant) == []  # the same lease again is a duplicate, not a twin
 
 
 def test_holders_name_each_lease_on_the_gpus_and_how_it_holds_them() -> None:
@@ -122,8 +121,8 @@ def test_a_stopping_lease_of_the_same_job_is_waited_for_on_any_gpu() -> None:
     table = LeaseTable([0, 1])
     first = table.add(grant("a", (0,)))
     elsewhere = grant("a2", (1,)).model_copy(update={"job_id": first.job_id})
-    assert table.stopping_twins(elsewhere) == []  # running: refused job_running instead
     first.state = LeaseState.STOPPING
-    assert table.stopping_twins(elsewhere) == [first]
+    assert table.twins(elsewhere) == [first]
+    assert first.stopping  # waited for, not refused
     assert table.check_grant(elsewhere) == (None, [])  # its GPU is free: only the twin is waited for
-    assert table.stopping_twins(grant("b", (1,))) == []
+    assert table.twins(grant("b", (1,))) == []
