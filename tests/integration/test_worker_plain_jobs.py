@@ -70,8 +70,9 @@ async def test_a_cancelled_plain_job_is_signalled_at_once_and_a_preempted_one_af
         assert isinstance(end, JobSuspended), end
         assert end.grace_expired  # signalled, not stopped at a boundary
         assert end.checkpoint_path is None
-        # The grace period is 600 s; the fact came within the 60 s waited for above.
-        assert time.monotonic() - revoked_at < 60
+        # The grace period is 600 s; SIGTERM at once and SIGKILL 0.5 s later end it in seconds (the
+        # 60 s wait above is only the bound of a loaded machine; this is the check).
+        assert time.monotonic() - revoked_at < 30
         assert saved.read_text() == "saved"  # it got SIGTERM, and the time to act on it
 
         preempted, saved = await start_plain_job(scheduler, facts, tmp_path, "preempted")
